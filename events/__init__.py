@@ -1,0 +1,97 @@
+"""The wire contract: envelope, every event type, codecs, validation, upcasters, topic names.
+
+Pure: no I/O library, no clock, no randomness. Importing this package
+registers every event type.
+"""
+
+from events.cluster import (
+    DynamicConfigSet,
+    RulesSet,
+    ServerDecommissioned,
+    ServerJoined,
+    ServerLeft,
+    ServerRecommissioned,
+)
+from events.commands import DropSegment, LoadSegment
+from events.deadletter import DeadLettered
+from events.envelope import Envelope, decode, encode, from_json
+from events.ids import derived_event_id
+from events.instant import format_instant, parse_instant
+from events.interval import ETERNITY, Interval, IntervalError
+from events.locks import (
+    LockDenied,
+    LockGranted,
+    LockReleased,
+    LockRevoked,
+    LockWaiting,
+    PublishRejected,
+    SegmentAllocated,
+    TaskLock,
+)
+from events.period import Period, PeriodError
+from events.registry import Event, all_event_classes, event_class
+from events.schema import EventValidationError, Instant
+from events.segment import SegmentDescriptor, SegmentId, SegmentIdError
+from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
+from events.tasks import (
+    LockRequested,
+    PublishRequested,
+    SegmentAllocationRequested,
+    TaskFinished,
+    TaskStarted,
+)
+from events.topics import TOPIC_SPECS, Topics, TopicSpec
+from events.visibility import SegmentVisibilityChanged
+
+__all__ = [
+    "ETERNITY",
+    "TOPIC_SPECS",
+    "DeadLettered",
+    "DropSegment",
+    "DynamicConfigSet",
+    "Envelope",
+    "Event",
+    "EventValidationError",
+    "Instant",
+    "Interval",
+    "IntervalError",
+    "LoadSegment",
+    "LockDenied",
+    "LockGranted",
+    "LockReleased",
+    "LockRequested",
+    "LockRevoked",
+    "LockWaiting",
+    "Period",
+    "PeriodError",
+    "PublishRejected",
+    "PublishRequested",
+    "RulesSet",
+    "SegmentAllocated",
+    "SegmentAllocationRequested",
+    "SegmentAnnounced",
+    "SegmentDescriptor",
+    "SegmentId",
+    "SegmentIdError",
+    "SegmentUnannounced",
+    "SegmentVisibilityChanged",
+    "SegmentsMarkedUnused",
+    "SegmentsPublished",
+    "ServerDecommissioned",
+    "ServerJoined",
+    "ServerLeft",
+    "ServerRecommissioned",
+    "TaskFinished",
+    "TaskLock",
+    "TaskStarted",
+    "TopicSpec",
+    "Topics",
+    "all_event_classes",
+    "decode",
+    "derived_event_id",
+    "encode",
+    "event_class",
+    "format_instant",
+    "from_json",
+    "parse_instant",
+]

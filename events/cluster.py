@@ -1,0 +1,59 @@
+"""Events on ``cluster``: servers coming and going, rules and dynamic configuration.
+
+Rules and dynamic configuration are Druid's JSON, carried opaquely here and
+validated by the rules and planner code that interprets them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from events.registry import Event, event_type
+from events.schema import JsonObject, wire
+from events.topics import CLUSTER
+
+
+@dataclass(frozen=True, slots=True)
+class _ServerEvent(Event):
+    server: str = wire("server")
+    tier: str | None = wire("tier", None)
+    max_size_bytes: int | None = wire("maxSizeBytes", None, minimum=0)
+
+
+@event_type("server_joined", topic=CLUSTER)
+@dataclass(frozen=True, slots=True)
+class ServerJoined(_ServerEvent):
+    pass
+
+
+@event_type("server_left", topic=CLUSTER)
+@dataclass(frozen=True, slots=True)
+class ServerLeft(_ServerEvent):
+    pass
+
+
+@event_type("server_decommissioned", topic=CLUSTER)
+@dataclass(frozen=True, slots=True)
+class ServerDecommissioned(_ServerEvent):
+    pass
+
+
+@event_type("server_recommissioned", topic=CLUSTER)
+@dataclass(frozen=True, slots=True)
+class ServerRecommissioned(_ServerEvent):
+    pass
+
+
+@event_type("rules_set", topic=CLUSTER)
+@dataclass(frozen=True, slots=True)
+class RulesSet(Event):
+    """``dataSource`` is a data source name or ``_default``."""
+
+    data_source: str = wire("dataSource")
+    rules: tuple[JsonObject, ...] = wire("rules")
+
+
+@event_type("dynamic_config_set", topic=CLUSTER)
+@dataclass(frozen=True, slots=True)
+class DynamicConfigSet(Event):
+    config: JsonObject = wire("config")

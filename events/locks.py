@@ -1,0 +1,95 @@
+"""Lockbox decisions on ``locks``: every answer to a request is one of these events.
+
+Each decision carries the ``requestId`` it answers (release and revocation
+carry the request that caused them when there is one), the lock or segment it
+concerns, and a ``reason`` where something is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from events.interval import Interval
+from events.registry import Event, event_type
+from events.schema import wire
+from events.segment import SegmentDescriptor
+from events.tasks import LockGranularity, LockType
+from events.topics import LOCKS
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLock:
+    """A lock as the lockbox holds it. ``partitionIds`` only for segment granularity."""
+
+    lock_id: str = wire("lockId")
+    task_id: str = wire("taskId")
+    group_id: str = wire("groupId")
+    data_source: str = wire("dataSource")
+    interval: Interval = wire("interval")
+    granularity: LockGranularity = wire("granularity")
+    lock_type: LockType = wire("type")
+    version: str = wire("version")
+    priority: int = wire("priority")
+    partition_ids: tuple[int, ...] = wire("partitionIds", (), minimum=0)
+    revoked: bool = wire("revoked", False)
+
+
+@event_type("lock_granted", topic=LOCKS)
+@dataclass(frozen=True, slots=True)
+class LockGranted(Event):
+    request_id: str = wire("requestId")
+    task_id: str = wire("taskId")
+    lock: TaskLock = wire("lock")
+    revoked_lock_ids: tuple[str, ...] = wire("revokedLockIds", ())
+
+
+@event_type("lock_waiting", topic=LOCKS)
+@dataclass(frozen=True, slots=True)
+class LockWaiting(Event):
+    request_id: str = wire("requestId")
+    task_id: str = wire("taskId")
+    reason: str = wire("reason")
+    blocking_lock_ids: tuple[str, ...] = wire("blockingLockIds", ())
+
+
+@event_type("lock_denied", topic=LOCKS)
+@dataclass(frozen=True, slots=True)
+class LockDenied(Event):
+    request_id: str = wire("requestId")
+    task_id: str = wire("taskId")
+    reason: str = wire("reason")
+
+
+@event_type("lock_revoked", topic=LOCKS)
+@dataclass(frozen=True, slots=True)
+class LockRevoked(Event):
+    lock_ids: tuple[str, ...] = wire("lockIds", non_empty=True)
+    reason: str = wire("reason")
+    request_id: str | None = wire("requestId", None)
+
+
+@event_type("lock_released", topic=LOCKS)
+@dataclass(frozen=True, slots=True)
+class LockReleased(Event):
+    task_id: str = wire("taskId")
+    lock_ids: tuple[str, ...] = wire("lockIds", non_empty=True)
+    reason: str = wire("reason", allow_empty=True)
+    request_id: str | None = wire("requestId", None)
+
+
+@event_type("segment_allocated", topic=LOCKS)
+@dataclass(frozen=True, slots=True)
+class SegmentAllocated(Event):
+    request_id: str = wire("requestId")
+    task_id: str = wire("taskId")
+    segment_id: str = wire("segmentId")
+    segment: SegmentDescriptor = wire("segment")
+    lock_id: str | None = wire("lockId", None)
+
+
+@event_type("publish_rejected", topic=LOCKS)
+@dataclass(frozen=True, slots=True)
+class PublishRejected(Event):
+    request_id: str = wire("requestId")
+    task_id: str = wire("taskId")
+    reason: str = wire("reason")

@@ -1,0 +1,130 @@
+"""Segment identity and the segment descriptor (Druid's DataSegment JSON).
+
+A segment id is Druid's ``dataSource_start_end_version`` with ``_partitionId``
+appended when the partition is not 0. Data source names may contain
+underscores; the two ISO timestamps anchor the parse.
+
+>>> sid = SegmentId("wiki_edits", Interval.parse("2026-01-01/2026-01-02"), "v1", 3)
+>>> str(sid)
+'wiki_edits_2026-01-01T00:00:00.000Z_2026-01-02T00:00:00.000Z_v1_3'
+>>> SegmentId.parse(str(sid)) == sid
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from events.instant import InstantError, parse_instant
+from events.interval import Interval
+from events.schema import EventValidationError, JsonObject, JsonValue, wire
+
+
+class SegmentIdError(ValueError):
+    """Text that is not a Druid segment id."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SegmentId:
+    """Identity of a segment: (dataSource, interval, version, partitionId). Ordered field by field."""
+
+    data_source: str
+    interval: Interval
+    version: str
+    partition_id: int = 0
+
+    def __str__(self) -> str:
+        base = f"{self.data_source}_{self.interval.iso().replace('/', '_')}_{self.version}"
+        return base if self.partition_id == 0 else f"{base}_{self.partition_id}"
+
+    @staticmethod
+    def parse(text: str, data_source: str | None = None) -> SegmentId:
+        """Parse Druid's id text; pass ``data_source`` when known to remove any ambiguity.
+
+        Without it, the data source ends before the first pair of consecutive
+        parts that both parse as instants. After the end instant, a trailing
+        integer part is the partition when a version part precedes it (Druid's
+        convention: ``_0`` is never written, so ``v_1`` is version ``v``, partition 1).
+        """
+        if not isinstance(text, str) or not text:
+            raise SegmentIdError(f"{text!r} is not a segment id")
+        if data_source is not None:
+            prefix = data_source + "_"
+            if not text.startswith(prefix):
+                raise SegmentIdError(f"{text!r} is not a segment id of data source {data_source!r}")
+            candidates = [(data_source, text[len(prefix):].split("_"))]
+        else:
+            parts = text.split("_")
+            candidates = [("_".join(parts[:i]), parts[i:]) for i in range(1, len(parts) - 2)]
+        for ds, rest in candidates:
+            if len(rest) < 3 or not ds:
+                continue
+            try:
+                start, end = parse_instant(rest[0]), parse_instant(rest[1])
+            except InstantError:
+                continue
+            if "T" not in rest[0] or "T" not in rest[1] or end < start:
+                continue
+            tail = rest[2:]
+            partition = 0
+            if len(tail) > 1 and tail[-1].isdigit():
+                partition = int(tail[-1])
+                tail = tail[:-1]
+            version = "_".join(tail)
+            if not version:
+                continue
+            return SegmentId(ds, Interval(start, end), version, partition)
+        raise SegmentIdError(f"{text!r} is not a segment id (expected dataSource_start_end_version[_partition])")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentDescriptor:
+    """A published segment as Druid's DataSegment JSON describes it.
+
+    Invariants: a non-empty interval; ``partitionId >= 0``; ``size >= 0``;
+    ``overshadowedSegments`` and ``atomicUpdateGroup`` hold partition ids of the
+    same (dataSource, interval, version) chunk. ``loadSpec``, ``shardSpec``,
+    ``dimensions``, ``metrics`` and ``partitionVersions`` are opaque JSON, kept
+    as given and never mutated. When ``partitionId`` is absent on the wire it is
+    taken from ``shardSpec.partitionNum`` (Druid's own field), else 0.
+    """
+
+    data_source: str = wire("dataSource")
+    interval: Interval = wire("interval")
+    version: str = wire("version")
+    partition_id: int = wire("partitionId", 0, minimum=0)
+    size: int = wire("size", 0, minimum=0)
+    overshadowed_segments: tuple[int, ...] = wire("overshadowedSegments", (), minimum=0)
+    atomic_update_group: tuple[int, ...] = wire("atomicUpdateGroup", (), minimum=0)
+    load_spec: JsonObject | None = wire("loadSpec", None)
+    shard_spec: JsonObject | None = wire("shardSpec", None)
+    dimensions: JsonValue | None = wire("dimensions", None)
+    metrics: JsonValue | None = wire("metrics", None)
+    partition_versions: JsonValue | None = wire("partitionVersions", None)
+
+    @property
+    def id(self) -> SegmentId:
+        return SegmentId(self.data_source, self.interval, self.version, self.partition_id)
+
+    @property
+    def core_partitions(self) -> int:
+        """Druid's NumberedShardSpec ``partitions`` (numCorePartitions); 0 when none is declared."""
+        spec = self.shard_spec
+        if spec is None:
+            return 0
+        n = spec.get("partitions", 0)
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+    @staticmethod
+    def _from_wire(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        if "partitionId" not in obj:
+            spec = obj.get("shardSpec")
+            if isinstance(spec, dict) and isinstance(spec.get("partitionNum"), int):
+                return {**obj, "partitionId": spec["partitionNum"]}
+        return obj
+
+    def _check(self, path: str) -> None:
+        if self.interval.is_empty():
+            raise EventValidationError(f"{path}.interval", self.interval.iso(), "a segment interval must not be empty")

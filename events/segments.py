@@ -1,0 +1,40 @@
+"""Events on ``segments``: what is used (published, marked unused) and what is online (announced)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from events.registry import Event, event_type
+from events.schema import JsonValue, wire
+from events.segment import SegmentDescriptor
+from events.topics import SEGMENTS
+
+
+@event_type("segments_published", topic=SEGMENTS)
+@dataclass(frozen=True, slots=True)
+class SegmentsPublished(Event):
+    task_id: str = wire("taskId")
+    segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True)
+    start_metadata: JsonValue | None = wire("startMetadata", None)
+    end_metadata: JsonValue | None = wire("endMetadata", None)
+
+
+@event_type("segments_marked_unused", topic=SEGMENTS)
+@dataclass(frozen=True, slots=True)
+class SegmentsMarkedUnused(Event):
+    segment_ids: tuple[str, ...] = wire("segmentIds", non_empty=True)
+    reason: str = wire("reason", allow_empty=True)
+
+
+@event_type("segment_announced", topic=SEGMENTS)
+@dataclass(frozen=True, slots=True)
+class SegmentAnnounced(Event):
+    server: str = wire("server")
+    segment: SegmentDescriptor = wire("segment")
+
+
+@event_type("segment_unannounced", topic=SEGMENTS)
+@dataclass(frozen=True, slots=True)
+class SegmentUnannounced(Event):
+    server: str = wire("server")
+    segment_id: str = wire("segmentId")

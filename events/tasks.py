@@ -1,0 +1,99 @@
+"""Events ingestion tasks write on ``lock-requests``: task lifecycle, lock, allocation and publish requests.
+
+``task_finished`` is at schema version 2: version 1 said ``{"taskId", "success": bool}``;
+version 2 says ``{"taskId", "status": "success" | "failed"}`` as Druid's TaskStatus
+does, which leaves room for more terminal states. :func:`task_finished_v1_to_v2`
+upcasts the old payloads on read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from events.interval import Interval
+from events.registry import Event, Payload, event_type, upcaster
+from events.schema import Instant, JsonValue, wire
+from events.segment import SegmentDescriptor
+from events.topics import LOCK_REQUESTS
+
+LockGranularity = Literal["timeChunk", "segment"]
+LockType = Literal["exclusive", "shared", "append", "replace"]
+TaskStatus = Literal["success", "failed"]
+
+
+@event_type("task_started", topic=LOCK_REQUESTS)
+@dataclass(frozen=True, slots=True)
+class TaskStarted(Event):
+    task_id: str = wire("taskId")
+    group_id: str = wire("groupId")
+    task_type: str = wire("taskType")
+    data_source: str = wire("dataSource")
+    priority: int | None = wire("priority", None)
+
+
+@event_type("lock_requested", topic=LOCK_REQUESTS)
+@dataclass(frozen=True, slots=True)
+class LockRequested(Event):
+    """A request for a lock. The interval may be empty on the wire: the lockbox denies it with a reason."""
+
+    request_id: str = wire("requestId")
+    task_id: str = wire("taskId")
+    group_id: str = wire("groupId")
+    task_type: str = wire("taskType")
+    data_source: str = wire("dataSource")
+    interval: Interval = wire("interval")
+    granularity: LockGranularity = wire("granularity")
+    lock_type: LockType = wire("lockType")
+    priority: int | None = wire("priority", None)
+    partition_ids: tuple[int, ...] | None = wire("partitionIds", None, minimum=0)
+
+
+@event_type("segment_allocation_requested", topic=LOCK_REQUESTS)
+@dataclass(frozen=True, slots=True)
+class SegmentAllocationRequested(Event):
+    request_id: str = wire("requestId")
+    task_id: str = wire("taskId")
+    data_source: str = wire("dataSource")
+    timestamp: Instant = wire("timestamp")
+    sequence_name: str = wire("sequenceName")
+    lock_granularity: LockGranularity = wire("lockGranularity")
+    lock_type: LockType = wire("lockType")
+    interval: Interval | None = wire("interval", None)
+    previous_segment_id: str | None = wire("previousSegmentId", None)
+    skip_lineage_check: bool = wire("skipLineageCheck", False)
+
+
+@event_type("publish_requested", topic=LOCK_REQUESTS)
+@dataclass(frozen=True, slots=True)
+class PublishRequested(Event):
+    request_id: str = wire("requestId")
+    task_id: str = wire("taskId")
+    segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True)
+    start_metadata: JsonValue | None = wire("startMetadata", None)
+    end_metadata: JsonValue | None = wire("endMetadata", None)
+
+
+@event_type("task_finished", topic=LOCK_REQUESTS, version=2)
+@dataclass(frozen=True, slots=True)
+class TaskFinished(Event):
+    task_id: str = wire("taskId")
+    status: TaskStatus = wire("status")
+
+
+@upcaster("task_finished", from_version=1)
+def task_finished_v1_to_v2(payload: Payload) -> Payload:
+    """v1 ``{"taskId", "success": bool}`` -> v2 ``{"taskId", "status"}``.
+
+    A v1 payload without a boolean ``success`` is passed through unchanged, so
+    validation of the v2 shape reports the missing ``status`` by name.
+
+    >>> task_finished_v1_to_v2({"taskId": "t1", "success": False})
+    {'taskId': 't1', 'status': 'failed'}
+    """
+    success = payload.get("success")
+    if not isinstance(success, bool):
+        return payload
+    out = {k: v for k, v in payload.items() if k != "success"}
+    out["status"] = "success" if success else "failed"
+    return out

@@ -1,0 +1,74 @@
+"""Creating DESIGN.md's topics on a broker (idempotent)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from events.topics import TOPIC_SPECS, Topics
+
+
+@dataclass(frozen=True, slots=True)
+class TopicResult:
+    name: str
+    partitions: int
+    outcome: str  # "created" | "exists"
+
+
+def create_topics(
+    bootstrap: str,
+    topics: Topics,
+    *,
+    partitions: int = 3,
+    overrides: Mapping[str, int] | None = None,
+    replication: int = 1,
+    timeout: float = 30.0,
+) -> list[TopicResult]:
+    """Create every topic of the design (``overrides`` maps logical names to partition counts).
+
+    Event logs keep their whole history; ``snapshots`` is compacted. Topics that
+    already exist are left as they are and reported as ``exists``.
+    """
+    overrides = dict(overrides or {})
+    unknown = set(overrides) - {s.name for s in TOPIC_SPECS}
+    if unknown:
+        raise ValueError(f"unknown topic(s) in partition overrides: {', '.join(sorted(unknown))}")
+    if partitions < 1 or any(n < 1 for n in overrides.values()):
+        raise ValueError("partition counts must be at least 1")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = [
+        NewTopic(
+            topics.name(s.name),
+            num_partitions=overrides.get(s.name, partitions),
+            replication_factor=replication,
+            config=s.configs(),
+        )
+        for s in TOPIC_SPECS
+    ]
+    futures = admin.create_topics(wanted, operation_timeout=timeout, request_timeout=timeout)
+    results = []
+    for topic in wanted:
+        try:
+            futures[topic.topic].result(timeout=timeout)
+            outcome = "created"
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+            outcome = "exists"
+        results.append(TopicResult(topic.topic, topic.num_partitions, outcome))
+    return results
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> None:
+    """Create one topic by its physical name (tests and tools); an existing topic is fine."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fut = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+                                        config=dict(config or {}))])[name]
+    try:
+        fut.result(timeout=30)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise

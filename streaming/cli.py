@@ -1,0 +1,190 @@
+"""``segcoord``: the command line of the segment coordinator.
+
+Every subcommand prints one clear line and exits non-zero on bad input or a
+failed dependency; ``--help`` at every level lists what is there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from streaming import config
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code 2."""
+
+
+def _bootstrap(args: argparse.Namespace) -> str:
+    if getattr(args, "bootstrap", None):
+        return str(args.bootstrap)
+    env = os.environ.get("SEGCOORD_BOOTSTRAP")
+    if env:
+        return env
+    from streaming.local_broker import LocalBroker
+
+    status = LocalBroker(config.home_dir()).status()
+    if status.running and status.bootstrap:
+        return status.bootstrap
+    raise CliError("no Kafka broker: pass --bootstrap HOST:PORT, set SEGCOORD_BOOTSTRAP, or run `segcoord kafka start`")
+
+
+def _broker(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from streaming.local_broker import LocalBroker
+
+    home = Path(args.home) if getattr(args, "home", None) else config.home_dir()
+    return LocalBroker(home, heap_mb=getattr(args, "heap_mb", 512))
+
+
+# -- kafka ---------------------------------------------------------------------
+def cmd_kafka_start(args: argparse.Namespace) -> int:
+    broker = _broker(args)
+    started = time.monotonic()
+    bootstrap = broker.start(timeout=args.timeout)
+    print(f"kafka running at {bootstrap} (pid {broker.status().pid}, home {broker.home}, "
+          f"{time.monotonic() - started:.1f}s)")
+    return 0
+
+
+def cmd_kafka_stop(args: argparse.Namespace) -> int:
+    broker = _broker(args)
+    print("kafka stopped" if broker.stop() else "kafka was not running")
+    return 0
+
+
+def cmd_kafka_status(args: argparse.Namespace) -> int:
+    status = _broker(args).status()
+    print(f"kafka {status.describe()}")
+    return 0 if status.running else 1
+
+
+# -- topics --------------------------------------------------------------------
+def _partition_overrides(items: Sequence[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, count = item.partition("=")
+        if not sep or not count.isdigit():
+            raise CliError(f"--partitions-for {item!r}: expected TOPIC=COUNT, e.g. commands=6")
+        out[name] = int(count)
+    return out
+
+
+def cmd_topics_create(args: argparse.Namespace) -> int:
+    from events.topics import Topics
+    from streaming.admin import create_topics
+
+    topics = Topics(args.prefix) if args.prefix is not None else config.topics()
+    try:
+        results = create_topics(
+            _bootstrap(args), topics, partitions=args.partitions,
+            overrides=_partition_overrides(args.partitions_for), replication=args.replication,
+        )
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    for r in results:
+        print(f"{r.name:32s} partitions={r.partitions:<3d} {r.outcome}")
+    return 0
+
+
+# -- jars ----------------------------------------------------------------------
+def cmd_jars_fetch(args: argparse.Namespace) -> int:
+    from streaming import maven
+
+    for bundle in (maven.kafka_broker_bundle(), maven.spark_kafka_bundle()):
+        started = time.monotonic()
+        jars = maven.fetch(bundle)
+        print(f"{bundle.folder_name}: {len(jars)} jars in {maven.jar_folder(bundle)} "
+              f"({time.monotonic() - started:.1f}s)")
+    return 0
+
+
+# -- events --------------------------------------------------------------------
+def cmd_events_validate(args: argparse.Namespace) -> int:
+    from streaming.jsonlines import read_envelopes
+
+    count = sum(1 for _ in read_envelopes(Path(args.file)))
+    print(f"{count} valid events in {args.file}")
+    return 0
+
+
+# -- demo ----------------------------------------------------------------------
+def cmd_demo(args: argparse.Namespace) -> int:
+    from streaming.demo import run_demo
+
+    return run_demo(bootstrap=args.bootstrap, home=Path(args.home) if args.home else config.home_dir(),
+                    keep_broker=args.keep_broker)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="segcoord",
+        description="An event-sourced streaming segment coordinator (Druid-style) on Kafka.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = sub.add_parser("demo", help="start the local broker, create topics, round-trip one event of every type")
+    demo.add_argument("--bootstrap", help="use this broker instead of starting the local one")
+    demo.add_argument("--home", help="local broker home (default $SEGCOORD_HOME)")
+    demo.add_argument("--keep-broker", action="store_true", help="leave a broker the demo started running")
+    demo.set_defaults(func=cmd_demo)
+
+    kafka = sub.add_parser("kafka", help="the local single-node Kafka broker (KRaft, from Maven jars)")
+    ksub = kafka.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, func, helptext in (
+        ("start", cmd_kafka_start, "fetch the jars once, format storage, start, wait until it answers"),
+        ("stop", cmd_kafka_stop, "stop the broker this home started (data is kept)"),
+        ("status", cmd_kafka_status, "whether it runs and where (exit 1 when not running)"),
+    ):
+        p = ksub.add_parser(name, help=helptext)
+        p.add_argument("--home", help="broker home (default $SEGCOORD_HOME, ~/.local/state/segcoord)")
+        p.add_argument("--heap-mb", type=int, default=512, help="broker JVM heap in MB (default 512)")
+        p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for it to answer")
+        p.set_defaults(func=func)
+
+    topics = sub.add_parser("topics", help="Kafka topics of the design")
+    tsub = topics.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = tsub.add_parser("create", help="create every topic (idempotent)")
+    create.add_argument("--bootstrap", help="HOST:PORT (default $SEGCOORD_BOOTSTRAP or the local broker)")
+    create.add_argument("--partitions", type=int, default=3, help="partitions per topic (default 3)")
+    create.add_argument("--partitions-for", action="append", default=[], metavar="TOPIC=N",
+                        help="partition count of one topic, e.g. commands=6 (repeatable)")
+    create.add_argument("--replication", type=int, default=1, help="replication factor (default 1)")
+    create.add_argument("--prefix", help="topic name prefix (default $SEGCOORD_TOPIC_PREFIX or 'segcoord.')")
+    create.set_defaults(func=cmd_topics_create)
+
+    jars = sub.add_parser("jars", help="Java jars fetched from Maven Central")
+    jsub = jars.add_subparsers(dest="action", metavar="ACTION", required=True)
+    fetch = jsub.add_parser("fetch", help="fetch the Kafka broker and Spark Kafka connector jars (cached)")
+    fetch.set_defaults(func=cmd_jars_fetch)
+
+    evs = sub.add_parser("events", help="the event contract")
+    esub = evs.add_subparsers(dest="action", metavar="ACTION", required=True)
+    validate = esub.add_parser("validate", help="validate a JSON-lines file of envelopes")
+    validate.add_argument("file")
+    validate.set_defaults(func=cmd_events_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from events.schema import EventValidationError
+    from streaming.jsonlines import JsonLinesError
+    from streaming.local_broker import BrokerError
+    from streaming.maven import JarFetchError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (CliError, BrokerError, JarFetchError, JsonLinesError, EventValidationError, FileNotFoundError) as e:
+        print(f"segcoord: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

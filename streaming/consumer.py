@@ -1,0 +1,149 @@
+"""A consumer of envelopes with manual commits, sending undecodable messages to ``deadletter``.
+
+Every message read is either yielded as a decoded :class:`Record`, in partition
+order, or written to the dead-letter topic with the reason, its original key
+and value bytes and its topic/partition/offset; consumption goes on either way.
+The dead letter is flushed before the poll that found it returns, so a commit
+made after processing the yielded records never skips an undelivered dead
+letter. The dead letter's event id is derived from the bad message's position,
+so re-reading it after a crash writes a duplicate a reader can drop.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from events.deadletter import DeadLettered
+from events.envelope import Envelope, decode
+from events.ids import derived_event_id
+from events.registry import Event
+from events.schema import EventValidationError, Instant
+from events.topics import Topics
+from streaming.producer import EventProducer
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A decoded message and where it was read."""
+
+    topic: str
+    partition: int
+    offset: int
+    envelope: Envelope[Event]
+
+
+class EventConsumer:
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: Topics,
+        group_id: str,
+        subscribe: Iterable[str],
+        *,
+        deadletters: EventProducer | None = None,
+        from_beginning: bool = True,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Subscribe to logical topic names; ``deadletters`` defaults to a producer of its own."""
+        self.topics = topics
+        self._own_producer = deadletters is None
+        self._dlq = deadletters or EventProducer(bootstrap, topics)
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest" if from_beginning else "latest",
+            "isolation.level": "read_committed",
+            **(extra or {}),
+        })
+        self._consumer.subscribe([topics.name(t) for t in subscribe])
+        self.dead_lettered = 0
+
+    def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
+        """Up to ``max_records`` decoded records, in order; bad messages go to the dead-letter topic."""
+        messages = self._consumer.consume(max_records, timeout)
+        out: list[Record] = []
+        letters = 0
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise RuntimeError(f"consumer error: {err.str()}")
+            try:
+                envelope = decode(msg.value())
+            except EventValidationError as e:
+                self._dead_letter(msg, str(e))
+                letters += 1
+                continue
+            out.append(Record(msg.topic(), msg.partition(), msg.offset(), envelope))
+        if letters:
+            self._dlq.flush()
+            self.dead_lettered += letters
+        return out
+
+    def until_idle(self, idle_timeout: float = 5.0) -> Iterator[Record]:
+        """Yield records until a poll of ``idle_timeout`` seconds brings nothing (valid or bad)."""
+        while True:
+            before = self.dead_lettered
+            batch = self.poll(timeout=idle_timeout)
+            if not batch and self.dead_lettered == before:
+                return
+            yield from batch
+
+    def _dead_letter(self, msg: Message, reason: str) -> None:
+        key = msg.key()
+        value = msg.value()
+        letter = DeadLettered(
+            reason=reason,
+            topic=msg.topic(),
+            partition=msg.partition(),
+            offset=msg.offset(),
+            original_value=None if value is None else base64.b64encode(value).decode(),
+            original_key=None if key is None else base64.b64encode(key).decode(),
+        )
+        timestamp = msg.timestamp()[1]
+        envelope = Envelope(
+            letter,
+            derived_event_id(msg.topic(), msg.partition(), msg.offset(), 0),
+            Instant(max(timestamp, 0)),
+            _key_text(key),
+        )
+        self._dlq.send(envelope)
+
+    def commit(self) -> None:
+        """Synchronously commit everything polled so far, dead-lettered messages included.
+
+        Call it after the records of the last poll are processed: their dead
+        letters are already flushed, so nothing is skipped.
+        """
+        try:
+            self._consumer.commit(asynchronous=False)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError._NO_OFFSET:
+                raise
+
+    def seek_to_beginning(self) -> None:
+        for tp in self._consumer.assignment():
+            self._consumer.seek(TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING))
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        finally:
+            if self._own_producer:
+                self._dlq.flush()
+
+
+def _key_text(key: bytes | None) -> str:
+    if key is None:
+        return ""
+    try:
+        return key.decode()
+    except UnicodeDecodeError:
+        return base64.b64encode(key).decode()
