@@ -66,7 +66,10 @@ class EventConsumer:
 
     def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
         """Up to ``max_records`` decoded records, in order; bad messages go to the dead-letter topic."""
-        messages = self._consumer.consume(max_records, timeout)
+        # Wait for the first message only, then take what is already fetched:
+        # consume(n, timeout) alone would block until n messages or the timeout.
+        first = self._consumer.poll(timeout)
+        messages = [] if first is None else [first, *self._consumer.consume(max_records - 1, 0)]
         out: list[Record] = []
         letters = 0
         for msg in messages:

@@ -57,3 +57,15 @@ def topics(kafka_bootstrap: str) -> Topics:
     t = Topics(f"t{uuid.uuid4().hex[:10]}.")
     create_topics(kafka_bootstrap, t, partitions=1)
     return t
+
+
+@pytest.fixture(scope="session")
+def spark(kafka_bootstrap: str):  # type: ignore[no-untyped-def]
+    """One local Spark session (with the Kafka connector) for the test session, stopped before the broker."""
+    from streaming.spark import local_spark
+
+    session = local_spark("segcoord-tests")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,0 +1,62 @@
+"""Bad input to the command line: one clear line naming what is wrong, and a non-zero exit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streaming.cli import main
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    return err[0]
+
+
+def test_events_validate_names_line_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = ('{"event_type":"segment_unannounced","schema_version":1,"event_id":"e1",'
+            '"occurred_at":"2026-11-21T10:00:00Z","key":"wiki","causation_id":null,'
+            '"payload":{"server":"h1","segmentId":"wiki_2026-11-20T00:00:00.000Z_2026-11-21T00:00:00.000Z_v1"}}')
+    bad = good.replace('"server":"h1"', '"server":""')
+    path = tmp_path / "events.jsonl"
+    path.write_text(good + "\n\n" + good + "\n" + bad + "\n")
+    assert main(["events", "validate", str(path)]) == 2
+    line = _one_error_line(capsys)
+    assert f"{path}:4: payload.server: must not be empty" in line
+
+    path.write_text(good + "\n{oops\n")
+    assert main(["events", "validate", str(path)]) == 2
+    assert ":2: not valid JSON" in _one_error_line(capsys)
+
+    path.write_text(good + "\n" + good + "\n")
+    assert main(["events", "validate", str(path)]) == 0
+    assert "2 valid events" in capsys.readouterr().out
+
+
+def test_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["events", "validate", "/nonexistent/file.jsonl"]) == 2
+    assert "/nonexistent/file.jsonl" in _one_error_line(capsys)
+
+
+def test_bad_partition_override(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["topics", "create", "--bootstrap", "127.0.0.1:1", "--partitions-for", "commands"]) == 2
+    assert "--partitions-for 'commands': expected TOPIC=COUNT" in _one_error_line(capsys)
+
+
+def test_no_broker_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SEGCOORD_HOME", str(tmp_path))
+    monkeypatch.delenv("SEGCOORD_BOOTSTRAP", raising=False)
+    assert main(["topics", "create"]) == 2
+    assert "no Kafka broker" in _one_error_line(capsys)
+
+
+def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for name in ("demo", "kafka", "topics", "jars", "events"):
+        assert name in out
