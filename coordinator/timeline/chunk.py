@@ -1,0 +1,206 @@
+"""Within one time chunk (dataSource, interval, version): which partitions serve, wait, or are hidden.
+
+The rules (seed 001's overshadowedSegments / atomicUpdateGroup, made exact):
+
+- **Groups** are the connected components of the atomicUpdateGroup
+  declarations; a segment without one is a group of its own. Ids named in a
+  declaration but not known (neither used nor online) are members too, so a
+  group waits for every partition it was published with.
+- A group **lists** the partition ids named in its members' overshadowedSegments,
+  other than its own. Edges on a cycle of the group graph are ignored.
+- A group is **complete** when all its members are online. It is **servable**
+  when complete, or when it lists something and everything it lists is
+  servable (an id neither used nor online is never servable).
+- Visiting groups so that each comes after every group listing one of its ids,
+  an id is **hidden** when a group listing it is SERVE, and a group is:
+  (1) SERVE if all its non-hidden members are online; else (2) PASS if none of
+  its members is hidden, it lists something and everything it lists is
+  servable; else (3) SERVE if one of its non-hidden members is online; else
+  (4) PASS if none of its members is hidden, SERVE if one is.
+- An online segment is overshadowed if hidden, visible if its group is SERVE,
+  standby if its group is PASS.
+
+The result is a pure function of the known members and the online set; the
+visiting order among unrelated groups does not matter (hiding only flows from
+a lister to what it lists).
+
+>>> from events import Interval, SegmentDescriptor
+>>> day = Interval.parse("2026-01-01/P1D")
+>>> def seg(p, over=(), aug=()):
+...     return SegmentDescriptor("ds", day, "v1", p, 1, tuple(over), tuple(aug))
+>>> batch = {1: seg(1), 2: seg(2), 3: seg(3)}
+>>> compaction = {4: seg(4, (2, 3), (4,)), 5: seg(5)}
+>>> second = {6: seg(6, (4, 5), (6, 7)), 7: seg(7, (4, 5), (6, 7)), 8: seg(8)}
+>>> members = {**batch, **compaction, **second}
+>>> r = resolve_chunk(members, frozenset(members))
+>>> sorted(r.visible), sorted(r.hidden & set(members))
+([1, 6, 7, 8], [2, 3, 4, 5])
+>>> r = resolve_chunk(members, frozenset(members) - {7})
+>>> sorted(r.visible), sorted(r.standby)
+([1, 4, 5, 8], [6])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from dataclasses import dataclass
+
+from events.segment import SegmentDescriptor
+
+SERVE = "serve"
+PASS = "pass"
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkResolution:
+    """The within-chunk verdict: ``visible``/``standby``/``overshadowed`` hold online partitions only;
+    ``hidden`` holds every hidden id (online, offline or unknown)."""
+
+    visible: frozenset[int]
+    standby: frozenset[int]
+    overshadowed: frozenset[int]
+    hidden: frozenset[int]
+
+
+def _groups(members: Mapping[int, SegmentDescriptor]) -> dict[int, int]:
+    """Partition id -> representative (smallest id) of its atomic update group (union-find)."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        root = x
+        while parent.setdefault(root, root) != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    for pid in sorted(members):
+        find(pid)
+        for other in members[pid].atomic_update_group:
+            a, b = find(pid), find(other)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    return {x: find(x) for x in list(parent)}
+
+
+def _strongly_connected(nodes: list[int], edges: Mapping[int, Set[int]]) -> dict[int, int]:
+    """Node -> component id (Tarjan, iterative so long compaction chains need no recursion)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    comp: dict[int, int] = {}
+    stack: list[int] = []
+    on_stack: set[int] = set()
+    counter = 0
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    comp[top] = node
+                    if top == node:
+                        break
+    return comp
+
+
+def resolve_chunk(members: Mapping[int, SegmentDescriptor], online: Set[int]) -> ChunkResolution:
+    """Apply the rules of the module docstring to the known segments of one chunk.
+
+    ``members`` maps partition id -> descriptor for every used or online segment
+    of the chunk; ``online`` holds the partition ids announced by a server.
+    """
+    group_of = _groups(members)
+    group_members: dict[int, list[int]] = {}
+    for pid in sorted(group_of):
+        group_members.setdefault(group_of[pid], []).append(pid)
+    groups = sorted(group_members)
+
+    raw_lists: dict[int, set[int]] = {g: set() for g in groups}
+    for pid, seg in members.items():
+        g = group_of[pid]
+        raw_lists[g].update(x for x in seg.overshadowed_segments if group_of.get(x) != g)
+    edges = {g: {group_of[x] for x in raw_lists[g] if x in group_of} for g in groups}
+    comp = _strongly_connected(groups, edges)
+    lists: dict[int, frozenset[int]] = {
+        g: frozenset(x for x in raw_lists[g] if x not in group_of or comp[group_of[x]] != comp[g]) for g in groups
+    }
+    dag = {g: {group_of[x] for x in lists[g] if x in group_of} for g in groups}
+
+    # Topological order: every lister before what it lists (Kahn, smallest representative first).
+    indegree = dict.fromkeys(groups, 0)
+    for g in groups:
+        for h in dag[g]:
+            indegree[h] += 1
+    ready = sorted(g for g in groups if indegree[g] == 0)
+    order: list[int] = []
+    while ready:
+        g = ready.pop(0)
+        order.append(g)
+        for h in sorted(dag[g]):
+            indegree[h] -= 1
+            if indegree[h] == 0:
+                ready.append(h)
+        ready.sort()
+
+    complete = {g: all(m in online for m in group_members[g]) for g in groups}
+    servable: dict[int, bool] = {}
+    for g in reversed(order):  # listed groups before their listers
+        listed = lists[g]
+        servable[g] = complete[g] or (bool(listed) and all(x in members and servable[group_of[x]] for x in listed))
+
+    hidden: set[int] = set()
+    status: dict[int, str] = {}
+    for g in order:
+        mem = group_members[g]
+        not_hidden = [m for m in mem if m not in hidden]
+        any_hidden = len(not_hidden) < len(mem)
+        listed = lists[g]
+        if all(m in online for m in not_hidden):
+            verdict = SERVE
+        elif not any_hidden and listed and all(x in members and servable[group_of[x]] for x in listed):
+            verdict = PASS
+        elif any(m in online for m in not_hidden):
+            verdict = SERVE
+        else:
+            verdict = SERVE if any_hidden else PASS
+        status[g] = verdict
+        if verdict == SERVE:
+            hidden.update(listed)
+
+    visible, standby, overshadowed = set(), set(), set()
+    for pid in members:
+        if pid not in online:
+            continue
+        if pid in hidden:
+            overshadowed.add(pid)
+        elif status[group_of[pid]] == SERVE:
+            visible.add(pid)
+        else:
+            standby.add(pid)
+    return ChunkResolution(frozenset(visible), frozenset(standby), frozenset(overshadowed), frozenset(hidden))

@@ -1,0 +1,385 @@
+"""The segment timeline of one data source: standby / visible / overshadowed as a function of two sets.
+
+Inputs are the **used** segments (published, not marked unused; their
+descriptors are known while offline) and the **online** segments (announced by
+at least one server; replicas counted). Every segment known from either set has
+a state: ``visible``, ``standby`` or ``overshadowed`` when online, ``offline``
+when used but announced by no server; anything else is ``absent``.
+
+Within a chunk (interval, version) :func:`~coordinator.timeline.chunk.resolve_chunk`
+decides. Across versions:
+
+- A chunk is **complete** when it has a visible segment and, if its segments
+  declare core partitions (NumberedShardSpec ``partitions``), every core
+  partition ``0..n-1`` is online. Only a complete chunk hides lower versions on
+  its interval (the atomic version swap: new data replaces old only once it can
+  be served whole).
+- At each instant the **served** chunk is the highest complete chunk covering
+  it; where none covers it, the highest chunk with a visible segment (newest
+  partial data wins). "Higher" orders by version, then interval, so exactly one
+  chunk serves an instant and no data is served twice.
+- A segment of a chunk whose whole interval lies under higher complete chunks
+  is overshadowed; a segment visible within its chunk whose chunk serves no
+  instant is standby; one hidden over part of its interval stays visible.
+
+Because states are a pure function of the two sets, bulk construction,
+incremental updates and snapshot restores agree. An update re-resolves only the
+touched chunks, and re-covers the chunks overlapping them only when a touched
+chunk became (or stopped being) complete or servable: cost proportional to the
+chunk and its overlapping versions, never the data source.
+
+>>> from events import Interval, SegmentDescriptor
+>>> day = Interval.parse("2026-01-01/P1D")
+>>> v1 = SegmentDescriptor("wiki", day, "v1", 0, 10)
+>>> v2 = SegmentDescriptor("wiki", day, "v2", 0, 10)
+>>> tl = Timeline("wiki")
+>>> [str(c) for c in tl.publish([v1, v2])]
+['wiki_2026-01-01T00:00:00.000Z_2026-01-02T00:00:00.000Z_v1: absent -> offline', \
+'wiki_2026-01-01T00:00:00.000Z_2026-01-02T00:00:00.000Z_v2: absent -> offline']
+>>> [str(c) for c in tl.announce(v1, "h1")]
+['wiki_2026-01-01T00:00:00.000Z_2026-01-02T00:00:00.000Z_v1: offline -> visible']
+>>> [c.new for c in tl.announce(v2, "h2")]
+['overshadowed', 'visible']
+>>> [(str(e.segment_id)[-2:], [i.iso()[11:16] for i in e.intervals]) for e in tl.lookup(day)]
+[('v2', ['00:00'])]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from sortedcontainers import SortedList
+
+from coordinator.timeline.chunk import ChunkResolution, resolve_chunk
+from coordinator.timeline.coverage import covers, subtract
+from coordinator.timeline.index import IntervalIndex
+from events.interval import Interval
+from events.segment import SegmentDescriptor, SegmentId
+from events.visibility import SegmentState
+
+ChunkKey = tuple[Interval, str]
+_EMPTY = ChunkResolution(frozenset(), frozenset(), frozenset(), frozenset())
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """One segment's state before and after a mutation."""
+
+    segment_id: SegmentId
+    old: SegmentState
+    new: SegmentState
+
+    def __str__(self) -> str:
+        return f"{self.segment_id}: {self.old} -> {self.new}"
+
+
+@dataclass(frozen=True, slots=True)
+class LookupEntry:
+    """A visible segment and the parts of the queried interval it serves, in time order."""
+
+    segment_id: SegmentId
+    intervals: tuple[Interval, ...]
+
+
+class _Chunk:
+    """Mutable bookkeeping of one (interval, version); only the Timeline touches it."""
+
+    __slots__ = ("complete", "fully_hidden", "interval", "key", "members", "online", "resolution", "served",
+                 "version", "visible_ids")
+
+    def __init__(self, interval: Interval, version: str) -> None:
+        self.interval = interval
+        self.version = version
+        self.key: ChunkKey = (interval, version)
+        self.members: dict[int, SegmentDescriptor] = {}
+        self.online: set[int] = set()
+        self.resolution = _EMPTY
+        self.complete = False
+        self.visible_ids: tuple[SegmentId, ...] = ()
+        self.served: tuple[Interval, ...] = ()
+        self.fully_hidden = False
+
+    @property
+    def rank(self) -> tuple[str, Interval]:
+        return (self.version, self.interval)
+
+    @property
+    def candidate(self) -> bool:
+        return bool(self.resolution.visible)
+
+    def resolve(self) -> None:
+        self.resolution = resolve_chunk(self.members, self.online)
+        visible = self.resolution.visible
+        core = max((m.core_partitions for m in self.members.values()), default=0)
+        self.complete = bool(visible) and all(p in self.online for p in range(core))
+        self.visible_ids = tuple(self.members[p].id for p in sorted(visible))
+
+
+class Timeline:
+    """The timeline of one data source; every mutation returns the state changes it caused, by segment id."""
+
+    def __init__(self, data_source: str) -> None:
+        self.data_source = data_source
+        self._segments: dict[SegmentId, SegmentDescriptor] = {}
+        self._used: set[SegmentId] = set()
+        self._servers: dict[SegmentId, set[str]] = {}
+        self._chunks: dict[ChunkKey, _Chunk] = {}
+        self._index: IntervalIndex[ChunkKey] = IntervalIndex()
+        self._served: SortedList = SortedList()  # (start, end, chunk key), disjoint pieces
+        self._state: dict[SegmentId, SegmentState] = {}
+        self._forgotten: list[SegmentId] = []
+
+    # -- construction -------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        data_source: str,
+        used: Iterable[SegmentDescriptor],
+        online: Mapping[SegmentId, tuple[SegmentDescriptor, Iterable[str]]] | None = None,
+    ) -> Timeline:
+        """Bulk construction from the used set and the online segments (id -> (descriptor, servers))."""
+        tl = cls(data_source)
+        for seg in used:
+            tl._check(seg)
+            tl._segments[seg.id] = seg
+            tl._used.add(seg.id)
+        for sid, (seg, servers) in (online or {}).items():
+            tl._check(seg)
+            names = set(servers)
+            if names:
+                tl._servers[sid] = names
+                tl._segments.setdefault(sid, seg)
+        for sid, seg in tl._segments.items():
+            chunk = tl._chunk_for(seg)
+            chunk.members[sid.partition_id] = seg
+            if sid in tl._servers:
+                chunk.online.add(sid.partition_id)
+        for chunk in tl._chunks.values():
+            chunk.resolve()
+        for chunk in tl._chunks.values():
+            tl._cover(chunk)
+        for chunk in tl._chunks.values():
+            for p in chunk.members:
+                sid = chunk.members[p].id
+                tl._state[sid] = tl._state_in(chunk, p)
+        return tl
+
+    def _check(self, seg: SegmentDescriptor) -> None:
+        if seg.data_source != self.data_source:
+            raise ValueError(f"segment {seg.id} belongs to {seg.data_source!r}, not {self.data_source!r}")
+
+    def _chunk_for(self, seg: SegmentDescriptor) -> _Chunk:
+        key = (seg.interval, seg.version)
+        chunk = self._chunks.get(key)
+        if chunk is None:
+            chunk = self._chunks[key] = _Chunk(seg.interval, seg.version)
+            self._index.add(key, seg.interval)
+        return chunk
+
+    # -- mutations --------------------------------------------------------------------
+    def publish(self, segments: Iterable[SegmentDescriptor]) -> list[StateChange]:
+        """Add segments to the used set (their descriptors become authoritative)."""
+        touched: set[ChunkKey] = set()
+        for seg in segments:
+            self._check(seg)
+            self._used.add(seg.id)
+            self._segments[seg.id] = seg
+            chunk = self._chunk_for(seg)
+            chunk.members[seg.partition_id] = seg
+            touched.add(chunk.key)
+        return self._settle(touched)
+
+    def mark_unused(self, segment_ids: Iterable[SegmentId]) -> list[StateChange]:
+        """Remove segments from the used set (online ones stay known while served)."""
+        touched: set[ChunkKey] = set()
+        for sid in segment_ids:
+            if sid in self._used:
+                self._used.discard(sid)
+                touched.add((sid.interval, sid.version))
+                self._forget_if_unknown(sid)
+        return self._settle(touched)
+
+    def announce(self, segment: SegmentDescriptor, server: str) -> list[StateChange]:
+        """A server serves the segment (idempotent per server)."""
+        self._check(segment)
+        sid = segment.id
+        servers = self._servers.setdefault(sid, set())
+        if server in servers:
+            return []
+        servers.add(server)
+        if len(servers) > 1:
+            return []
+        self._segments.setdefault(sid, segment)
+        chunk = self._chunk_for(self._segments[sid])
+        chunk.members.setdefault(sid.partition_id, self._segments[sid])
+        chunk.online.add(sid.partition_id)
+        return self._settle({chunk.key})
+
+    def unannounce(self, segment_id: SegmentId, server: str) -> list[StateChange]:
+        """A server stopped serving the segment (unknown pairs change nothing)."""
+        servers = self._servers.get(segment_id)
+        if not servers or server not in servers:
+            return []
+        servers.discard(server)
+        if servers:
+            return []
+        del self._servers[segment_id]
+        key = (segment_id.interval, segment_id.version)
+        self._chunks[key].online.discard(segment_id.partition_id)
+        self._forget_if_unknown(segment_id)
+        return self._settle({key})
+
+    def _forget_if_unknown(self, sid: SegmentId) -> None:
+        if sid in self._used or sid in self._servers:
+            return
+        self._segments.pop(sid, None)
+        self._forgotten.append(sid)
+        chunk = self._chunks[(sid.interval, sid.version)]
+        chunk.members.pop(sid.partition_id, None)
+        chunk.online.discard(sid.partition_id)
+
+    def _settle(self, touched: set[ChunkKey]) -> list[StateChange]:
+        """Re-resolve touched chunks, re-cover where completeness changed, diff the states."""
+        if not touched:
+            return []
+        affected: dict[ChunkKey, _Chunk] = {}
+        dirty: list[Interval] = []
+        for key in sorted(touched):
+            chunk = self._chunks[key]
+            before = (chunk.complete, chunk.candidate)
+            chunk.resolve()
+            if not chunk.members:
+                self._uncover(chunk)
+                self._index.remove(key)
+                del self._chunks[key]
+                dirty.append(chunk.interval)
+            else:
+                affected[key] = chunk
+                if (chunk.complete, chunk.candidate) != before:
+                    dirty.append(chunk.interval)
+        for interval in dirty:
+            for key in self._index.overlapping(interval):
+                affected[key] = self._chunks[key]
+        # Touched chunks always (a new chunk may lie under higher ones); their neighbours when flags changed.
+        for chunk in affected.values():
+            self._cover(chunk)
+        changes: list[StateChange] = []
+        seen: set[SegmentId] = set()
+        for chunk in affected.values():
+            for p, seg in chunk.members.items():
+                sid = seg.id
+                seen.add(sid)
+                new = self._state_in(chunk, p)
+                old = self._state.get(sid, "absent")
+                if new != old:
+                    self._state[sid] = new
+                    changes.append(StateChange(sid, old, new))
+        for sid in self._forgotten:
+            if sid not in seen and sid in self._state:
+                changes.append(StateChange(sid, self._state.pop(sid), "absent"))
+        self._forgotten.clear()
+        changes.sort(key=lambda c: c.segment_id)
+        return changes
+
+    # -- coverage -----------------------------------------------------------------------
+    def _cover(self, chunk: _Chunk) -> None:
+        """Recompute where ``chunk`` is served and whether higher complete chunks hide all of it."""
+        others = [self._chunks[k] for k in self._index.overlapping(chunk.interval) if k != chunk.key]
+        rank = chunk.rank
+        higher_complete = [o.interval for o in others if o.complete and o.rank > rank]
+        chunk.fully_hidden = covers(higher_complete, chunk.interval)
+        if not chunk.candidate:
+            served: tuple[Interval, ...] = ()
+        elif chunk.complete:
+            served = subtract(chunk.interval, higher_complete)
+        else:
+            blockers = [o.interval for o in others if o.complete or (o.candidate and o.rank > rank)]
+            served = subtract(chunk.interval, blockers)
+        if served != chunk.served:
+            self._uncover(chunk)
+            chunk.served = served
+            for piece in served:
+                self._served.add((piece.start, piece.end, chunk.key))
+
+    def _uncover(self, chunk: _Chunk) -> None:
+        for piece in chunk.served:
+            self._served.remove((piece.start, piece.end, chunk.key))
+        chunk.served = ()
+
+    def _state_in(self, chunk: _Chunk, p: int) -> SegmentState:
+        if p not in chunk.online:
+            return "offline"
+        res = chunk.resolution
+        if chunk.fully_hidden or p in res.overshadowed:
+            return "overshadowed"
+        if p in res.visible and chunk.served:
+            return "visible"
+        return "standby"
+
+    # -- queries ------------------------------------------------------------------------
+    def state(self, segment_id: SegmentId) -> SegmentState:
+        return self._state.get(segment_id, "absent")
+
+    def states(self) -> dict[SegmentId, SegmentState]:
+        """Every known segment's state, by segment id."""
+        return {sid: self._state[sid] for sid in sorted(self._state)}
+
+    def segment(self, segment_id: SegmentId) -> SegmentDescriptor | None:
+        return self._segments.get(segment_id)
+
+    def servers(self, segment_id: SegmentId) -> frozenset[str]:
+        return frozenset(self._servers.get(segment_id, ()))
+
+    def used(self) -> list[SegmentId]:
+        return sorted(self._used)
+
+    def online(self) -> dict[SegmentId, frozenset[str]]:
+        return {sid: frozenset(self._servers[sid]) for sid in sorted(self._servers)}
+
+    def visible(self) -> list[SegmentId]:
+        return [sid for sid, st in self.states().items() if st == "visible"]
+
+    def lookup(self, interval: Interval) -> list[LookupEntry]:
+        """The visible segments serving ``interval`` and, for each, the parts of it they serve."""
+        if interval.is_empty():
+            return []
+        qs, qe = interval.start, interval.end
+        pieces = self._served
+        i = pieces.bisect_left((qs,))
+        if i > 0 and pieces[i - 1][1] > qs:
+            i -= 1
+        parts: dict[SegmentId, list[Interval]] = {}
+        n = len(pieces)
+        while i < n:
+            start, end, key = pieces[i]
+            if start >= qe:
+                break
+            sub = Interval(max(start, qs), min(end, qe))
+            for sid in self._chunks[key].visible_ids:
+                got = parts.get(sid)
+                if got is None:
+                    parts[sid] = [sub]
+                elif got[-1].end == sub.start:
+                    got[-1] = Interval(got[-1].start, sub.end)
+                else:
+                    got.append(sub)
+            i += 1
+        entries = [LookupEntry(sid, tuple(ivs)) for sid, ivs in parts.items()]
+        entries.sort(key=lambda e: (e.intervals[0].start, e.segment_id))
+        return entries
+
+    def served_pieces(self) -> list[tuple[Interval, ChunkKey]]:
+        """The disjoint pieces of time and the chunk serving each, in time order."""
+        return [(Interval(s, e), key) for s, e, key in self._served]
+
+    def overshadowed_used(self) -> list[SegmentId]:
+        """Used segments, online or not, hidden by what is served now (may be marked unused after a wait)."""
+        out = []
+        for chunk in self._chunks.values():
+            for p, seg in chunk.members.items():
+                sid = seg.id
+                if sid in self._used and (chunk.fully_hidden or p in chunk.resolution.hidden):
+                    out.append(sid)
+        out.sort()
+        return out

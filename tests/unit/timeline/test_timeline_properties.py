@@ -1,0 +1,115 @@
+"""Random histories of publish / mark_unused / announce / unannounce: incremental = bulk = oracle."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coordinator.timeline.timeline import Timeline
+from events import Interval, SegmentDescriptor, SegmentId
+from tests.unit.timeline.oracle import timeline_states
+
+H = 3_600_000
+BASE = 1_767_225_600_000  # 2026-01-01
+INTERVALS = [Interval(BASE + a * H, BASE + b * H) for a, b in
+             [(0, 24), (0, 24), (24, 48), (0, 48), (0, 6), (6, 12), (3, 9), (12, 36), (0, 1)]]
+VERSIONS = ["v1", "v2", "v3"]
+
+
+@st.composite
+def segment_pool(draw: st.DrawFn) -> list[SegmentDescriptor]:
+    pool: dict[SegmentId, SegmentDescriptor] = {}
+    for _ in range(draw(st.integers(1, 14))):
+        interval = draw(st.sampled_from(INTERVALS))
+        version = draw(st.sampled_from(VERSIONS))
+        pid = draw(st.integers(0, 5))
+        ids = st.lists(st.integers(0, 6), max_size=3, unique=True).map(tuple)
+        over = draw(ids) if draw(st.booleans()) else ()
+        aug = draw(ids) if draw(st.booleans()) else ()
+        core = draw(st.sampled_from([0, 0, 0, 2, 3]))
+        shard = {"type": "numbered", "partitionNum": pid, "partitions": core} if core else None
+        seg = SegmentDescriptor("ds", interval, version, pid, 1, over, aug, shard_spec=shard)
+        pool.setdefault(seg.id, seg)
+    return list(pool.values())
+
+
+def _merged(intervals: list[Interval]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for iv in sorted(intervals):
+        if out and out[-1][1] >= iv.start:
+            out[-1] = (out[-1][0], max(out[-1][1], iv.end))
+        else:
+            out.append((iv.start, iv.end))
+    return out
+
+
+ops = st.tuples(st.sampled_from(["publish", "unused", "announce", "unannounce"]), st.integers(0, 100),
+                st.sampled_from(["h1", "h2"]))
+
+
+@settings(max_examples=int(os.environ.get("TIMELINE_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(segment_pool(), st.lists(ops, min_size=1, max_size=40))
+def test_incremental_equals_bulk_equals_oracle(pool: list[SegmentDescriptor], history: list) -> None:  # type: ignore[type-arg]
+    tl = Timeline("ds")
+    used: dict[SegmentId, SegmentDescriptor] = {}
+    servers: dict[SegmentId, set[str]] = {}
+    announced: dict[SegmentId, SegmentDescriptor] = {}
+    previous = tl.states()
+    for op, index, server in history:
+        seg = pool[index % len(pool)]
+        sid = seg.id
+        if op == "publish":
+            changes = tl.publish([seg])
+            used[sid] = seg
+        elif op == "unused":
+            changes = tl.mark_unused([sid])
+            used.pop(sid, None)
+        elif op == "announce":
+            changes = tl.announce(seg, server)
+            servers.setdefault(sid, set()).add(server)
+            announced[sid] = seg
+        else:
+            changes = tl.unannounce(sid, server)
+            servers.get(sid, set()).discard(server)
+        online = {s: announced[s] for s, names in servers.items() if names}
+
+        expected, pieces, over_used = timeline_states(used, online)
+        states = tl.states()
+        assert {str(k): v for k, v in states.items()} == {str(k): v for k, v in sorted(expected.items())}
+        assert tl.overshadowed_used() == over_used
+
+        bulk = Timeline.build("ds", used.values(), {s: (announced[s], servers[s]) for s in online})
+        assert bulk.states() == states
+        assert bulk.served_pieces() == tl.served_pieces()
+
+        # changes applied to the previous states give the new states, in segment id order
+        replayed = dict(previous)
+        for c in changes:
+            assert replayed.get(c.segment_id, "absent") == c.old and c.old != c.new
+            replayed[c.segment_id] = c.new
+        assert {k: v for k, v in replayed.items() if v != "absent"} == states
+        assert [c.segment_id for c in changes] == sorted(c.segment_id for c in changes)
+        previous = states
+
+        # one served chunk per instant, and it is what the oracle serves
+        assert tl.served_pieces() == pieces
+        everything = Interval(BASE - H, BASE + 60 * H)
+        covered: list[Interval] = []
+        for entry in tl.lookup(everything):
+            assert states[entry.segment_id] == "visible"
+            covered.extend(entry.intervals)
+        assert _merged(covered) == _merged([piece for piece, _chunk in pieces])
+        for _piece, (interval, version) in pieces:
+            chunk_states = [st_ for s, st_ in states.items() if (s.interval, s.version) == (interval, version)]
+            assert "visible" in chunk_states, "a served chunk has visible segments"
+        # no instant is served by two versions
+        by_version: dict[str, list[Interval]] = {}
+        for entry in tl.lookup(everything):
+            by_version.setdefault(entry.segment_id.version + str(entry.segment_id.interval), []).extend(entry.intervals)
+        flat = sorted((iv.start, iv.end, k) for k, ivs in by_version.items() for iv in ivs)
+        for (_s1, e1, k1), (s2, _e2, k2) in itertools.pairwise(flat):
+            assert e1 <= s2 or k1 == k2

@@ -1,0 +1,163 @@
+"""The consequences the timeline must show, one scenario each (given / when / then)."""
+
+from __future__ import annotations
+
+from coordinator.timeline.timeline import Timeline
+from events import Interval, SegmentDescriptor
+
+DAY = Interval.parse("2026-01-01/P1D")
+
+
+def seg(p: int = 0, version: str = "v1", interval: Interval = DAY, over: tuple[int, ...] = (),
+        aug: tuple[int, ...] = (), core: int = 0) -> SegmentDescriptor:
+    shard = {"type": "numbered", "partitionNum": p, "partitions": core} if core else None
+    return SegmentDescriptor("wiki", interval, version, p, 100, over, aug, shard_spec=shard)
+
+
+def online(tl: Timeline, *segments: SegmentDescriptor, server: str = "h1") -> None:
+    tl.publish(segments)
+    for s in segments:
+        tl.announce(s, server)
+
+
+def served(tl: Timeline, interval: Interval = DAY) -> list[tuple[str, list[str]]]:
+    def short(i: Interval) -> str:
+        return f"{i.iso()[8:13]}-{i.iso()[33:38]}"
+
+    return [(f"{e.segment_id.version}/{e.segment_id.partition_id}", [short(i) for i in e.intervals])
+            for e in tl.lookup(interval)]
+
+
+def states(tl: Timeline) -> dict[str, str]:
+    return {f"{s.version}/{s.partition_id}": st for s, st in tl.states().items()}
+
+
+def test_the_proposals_example_and_removing_7_brings_back_4_and_5() -> None:
+    tl = Timeline("wiki")
+    online(tl, seg(1), seg(2), seg(3))
+    online(tl, seg(4, over=(2, 3), aug=(4,)), seg(5))
+    online(tl, seg(6, over=(4, 5), aug=(6, 7)), seg(7, over=(4, 5), aug=(6, 7)), seg(8))
+    assert [k for k, v in states(tl).items() if v == "visible"] == ["v1/1", "v1/6", "v1/7", "v1/8"]
+    assert sorted(s.partition_id for s in tl.overshadowed_used()) == [2, 3, 4, 5]
+    changes = tl.unannounce(seg(7).id, "h1")
+    assert {(c.segment_id.partition_id, c.old, c.new) for c in changes} == {
+        (4, "overshadowed", "visible"), (5, "overshadowed", "visible"), (6, "visible", "standby"),
+        (7, "visible", "offline")}
+    assert sorted(s.partition_id for s in tl.overshadowed_used()) == [2, 3]
+
+
+def test_an_incomplete_group_waits_in_standby_while_the_old_can_be_served_in_full() -> None:
+    tl = Timeline("wiki")
+    online(tl, seg(0), seg(1))
+    tl.publish([seg(2, over=(0, 1), aug=(2, 3)), seg(3, over=(0, 1), aug=(2, 3))])
+    changes = tl.announce(seg(2), "h1")
+    assert [(c.segment_id.partition_id, c.new) for c in changes] == [(2, "standby")]
+    assert states(tl)["v1/0"] == states(tl)["v1/1"] == "visible"
+    changes = tl.announce(seg(3), "h2")  # the whole group is online: atomic swap
+    assert {(c.segment_id.partition_id, c.new) for c in changes} == {
+        (0, "overshadowed"), (1, "overshadowed"), (2, "visible"), (3, "visible")}
+
+
+def test_newest_partial_data_wins_when_the_old_cannot_be_served_in_full() -> None:
+    tl = Timeline("wiki")
+    tl.publish([seg(0), seg(1)])
+    tl.announce(seg(0), "h1")  # partition 1 of the old data is offline
+    tl.publish([seg(2, over=(0, 1), aug=(2, 3)), seg(3, over=(0, 1), aug=(2, 3))])
+    tl.announce(seg(2), "h1")
+    assert states(tl) == {"v1/0": "overshadowed", "v1/1": "offline", "v1/2": "visible", "v1/3": "offline"}
+    assert served(tl) == [("v1/2", ["01T00-02T00"])]  # never 0 and 2 together: no data twice
+
+
+def test_complete_newer_versions_win_transitively() -> None:
+    tl = Timeline("wiki")
+    for v in ("v1", "v2", "v3"):
+        online(tl, seg(0, v), seg(1, v))
+    assert [k for k, v in states(tl).items() if v == "visible"] == ["v3/0", "v3/1"]
+    assert len(tl.overshadowed_used()) == 4
+
+
+def test_fallback_as_many_hops_down_as_needed() -> None:
+    tl = Timeline("wiki")
+    for v in ("v1", "v2", "v3"):
+        online(tl, seg(0, v, core=1))
+    tl.unannounce(seg(0, "v3").id, "h1")
+    assert states(tl)["v2/0"] == "visible"
+    tl.unannounce(seg(0, "v2").id, "h1")
+    assert states(tl) == {"v1/0": "visible", "v2/0": "offline", "v3/0": "offline"}
+    assert tl.overshadowed_used() == []
+
+
+def test_a_new_version_replaces_the_old_only_once_all_core_partitions_are_online() -> None:
+    tl = Timeline("wiki")
+    online(tl, seg(0, "v1"))
+    tl.publish([seg(0, "v2", core=2), seg(1, "v2", core=2)])
+    tl.announce(seg(0, "v2", core=2), "h1")
+    assert states(tl) == {"v1/0": "visible", "v2/0": "standby", "v2/1": "offline"}
+    tl.announce(seg(1, "v2", core=2), "h1")
+    assert states(tl) == {"v1/0": "overshadowed", "v2/0": "visible", "v2/1": "visible"}
+
+
+def test_an_incomplete_version_serves_where_nothing_complete_does() -> None:
+    tl = Timeline("wiki")
+    hours = Interval.parse("2026-01-01T00/PT12H")
+    online(tl, seg(0, "v1", interval=hours))
+    tl.publish([seg(0, "v2", core=2), seg(1, "v2", core=2)])
+    tl.announce(seg(0, "v2", core=2), "h1")
+    assert served(tl) == [("v1/0", ["01T00-01T12"]), ("v2/0", ["01T12-02T00"])]
+    assert states(tl)["v2/0"] == "visible"
+
+
+def test_partial_overshadowing_across_granularities() -> None:
+    tl = Timeline("wiki")
+    online(tl, seg(0, "v1"))
+    hour = Interval.parse("2026-01-01T05/PT1H")
+    online(tl, seg(0, "v2", interval=hour))
+    assert states(tl) == {"v1/0": "visible", "v2/0": "visible"}
+    assert served(tl) == [("v1/0", ["01T00-01T05", "01T06-02T00"]), ("v2/0", ["01T05-01T06"])]
+    assert tl.overshadowed_used() == []
+    # the day is fully overwritten by hourly data of a newer version: v1 is overshadowed
+    for h in range(24):
+        online(tl, seg(0, "v3", interval=Interval.parse(f"2026-01-01T{h:02d}/PT1H")))
+    assert states(tl)["v1/0"] == states(tl)["v2/0"] == "overshadowed"
+
+
+def test_druids_versioned_interval_lookup() -> None:
+    """As VersionedIntervalTimelineTest: 01-01/01-10 v1 under 01-01/01-03 v2 and 01-03/01-05 v3."""
+    tl = Timeline("wiki")
+    online(tl, seg(0, "v1", Interval.parse("2011-01-01/2011-01-10")))
+    online(tl, seg(0, "v2", Interval.parse("2011-01-01/2011-01-03")))
+    online(tl, seg(0, "v3", Interval.parse("2011-01-03/2011-01-05")))
+    got = [(e.segment_id.version, [i.iso() for i in e.intervals])
+           for e in tl.lookup(Interval.parse("2011-01-02/2011-01-08"))]
+    assert got == [
+        ("v2", ["2011-01-02T00:00:00.000Z/2011-01-03T00:00:00.000Z"]),
+        ("v3", ["2011-01-03T00:00:00.000Z/2011-01-05T00:00:00.000Z"]),
+        ("v1", ["2011-01-05T00:00:00.000Z/2011-01-08T00:00:00.000Z"]),
+    ]
+    assert tl.lookup(Interval.parse("2011-01-02/2011-01-02")) == []
+    assert tl.lookup(Interval.parse("2012-01-01/2012-01-02")) == []
+
+
+def test_replicas_keep_a_segment_online_until_the_last_server_leaves() -> None:
+    tl = Timeline("wiki")
+    tl.publish([seg(0)])
+    assert [c.new for c in tl.announce(seg(0), "h1")] == ["visible"]
+    assert tl.announce(seg(0), "h2") == [] and tl.announce(seg(0), "h2") == []
+    assert tl.unannounce(seg(0).id, "h1") == []
+    assert [c.new for c in tl.unannounce(seg(0).id, "h2")] == ["offline"]
+    assert tl.unannounce(seg(0).id, "h9") == []
+
+
+def test_unused_segments_are_known_only_while_served() -> None:
+    tl = Timeline("wiki")
+    online(tl, seg(0))
+    assert tl.mark_unused([seg(0).id]) == []  # still served: still visible
+    assert [(c.old, c.new) for c in tl.unannounce(seg(0).id, "h1")] == [("visible", "absent")]
+    assert tl.states() == {}
+    assert tl.mark_unused([seg(0).id]) == []
+
+
+def test_cycles_of_overshadowing_are_ignored() -> None:
+    tl = Timeline("wiki")
+    online(tl, seg(0, over=(1,)), seg(1, over=(0,)))
+    assert states(tl) == {"v1/0": "visible", "v1/1": "visible"}
