@@ -112,6 +112,39 @@ def cmd_events_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- timeline ------------------------------------------------------------------
+def cmd_timeline_replay(args: argparse.Namespace) -> int:
+    import orjson
+
+    from streaming.timeline_replay import replay, replay_json, replay_text
+
+    if args.at is not None and args.at < 0:
+        raise CliError(f"--at {args.at}: a line number must be at least 0")
+    timelines = replay(Path(args.file), args.at)
+    if args.json:
+        print(orjson.dumps(replay_json(timelines)).decode())
+    else:
+        print(replay_text(timelines))
+    return 0
+
+
+def cmd_timeline_lookup(args: argparse.Namespace) -> int:
+    import orjson
+
+    from streaming.timeline_replay import lookup_json, parse_interval, replay
+
+    interval = parse_interval(args.interval)
+    entries = lookup_json(replay(Path(args.file), args.at), args.datasource, interval)
+    if args.json:
+        print(orjson.dumps(entries).decode())
+    else:
+        for e in entries:
+            print(f"{e['segment']}  {', '.join(e['intervals'])}")
+        if not entries:
+            print(f"nothing of {args.datasource} is queryable in {interval.iso()}")
+    return 0
+
+
 # -- demo ----------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     from streaming.demo import run_demo
@@ -161,6 +194,21 @@ def build_parser() -> argparse.ArgumentParser:
     jsub = jars.add_subparsers(dest="action", metavar="ACTION", required=True)
     fetch = jsub.add_parser("fetch", help="fetch the Kafka broker and Spark Kafka connector jars (cached)")
     fetch.set_defaults(func=cmd_jars_fetch)
+
+    tl = sub.add_parser("timeline", help="the segment timeline (standby / visible / overshadowed)")
+    tlsub = tl.add_subparsers(dest="action", metavar="ACTION", required=True)
+    rp = tlsub.add_parser("replay", help="fold a JSON-lines file of segment events; print states and visible set")
+    rp.add_argument("file")
+    rp.add_argument("--json", action="store_true", help='{"segments": {id: state}, "visible": {dataSource: [id]}}')
+    rp.add_argument("--at", type=int, metavar="N", help="apply the events of lines 1..N only")
+    rp.set_defaults(func=cmd_timeline_replay)
+    lk = tlsub.add_parser("lookup", help="the visible segments of a data source over an interval")
+    lk.add_argument("file")
+    lk.add_argument("--datasource", required=True)
+    lk.add_argument("--interval", required=True, metavar="START/END")
+    lk.add_argument("--at", type=int, metavar="N", help="apply the events of lines 1..N only")
+    lk.add_argument("--json", action="store_true", help='[{"segment": id, "intervals": ["start/end", ...]}]')
+    lk.set_defaults(func=cmd_timeline_lookup)
 
     evs = sub.add_parser("events", help="the event contract")
     esub = evs.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -18,6 +18,12 @@ class JsonLinesError(ValueError):
 
 def read_envelopes(path: Path, *, until_line: int | None = None) -> Iterator[Envelope[Event]]:
     """Decode every non-blank line (up to ``until_line`` inclusive) as an envelope, in file order."""
+    for _lineno, env in read_numbered_envelopes(path, until_line=until_line):
+        yield env
+
+
+def read_numbered_envelopes(path: Path, *, until_line: int | None = None) -> Iterator[tuple[int, Envelope[Event]]]:
+    """(line number, envelope) for every non-blank line up to ``until_line`` inclusive."""
     with open(path, "rb") as f:
         for lineno, line in enumerate(f, start=1):
             if until_line is not None and lineno > until_line:
@@ -29,6 +35,7 @@ def read_envelopes(path: Path, *, until_line: int | None = None) -> Iterator[Env
             except orjson.JSONDecodeError as e:
                 raise JsonLinesError(f"{path}:{lineno}: not valid JSON ({e})") from None
             try:
-                yield from_json(obj)
+                env = from_json(obj)
             except EventValidationError as e:
                 raise JsonLinesError(f"{path}:{lineno}: {e}") from None
+            yield lineno, env

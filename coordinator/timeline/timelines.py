@@ -1,0 +1,90 @@
+"""The timelines of every data source, folded from ``segments`` events.
+
+``apply(event)`` routes SegmentsPublished, SegmentsMarkedUnused,
+SegmentAnnounced and SegmentUnannounced to the data source's
+:class:`~coordinator.timeline.timeline.Timeline` and returns the state changes,
+in segment id order; other event types change nothing. Segment ids in events
+are resolved against the ids already known first (exact text), so ids whose
+text alone is ambiguous still name the right segment.
+
+>>> from events import Interval, SegmentDescriptor, SegmentsPublished, SegmentAnnounced
+>>> s = SegmentDescriptor("wiki_edits", Interval.parse("2026-01-01/P1D"), "v1", 0, 1)
+>>> tls = Timelines()
+>>> [c.new for c in tls.apply(SegmentsPublished(task_id="t", segments=(s,)))]
+['offline']
+>>> [c.new for c in tls.apply(SegmentAnnounced(server="h1", segment=s))]
+['visible']
+>>> tls.visible()
+{'wiki_edits': ['wiki_edits_2026-01-01T00:00:00.000Z_2026-01-02T00:00:00.000Z_v1']}
+"""
+
+from __future__ import annotations
+
+from coordinator.timeline.timeline import StateChange, Timeline
+from events.registry import Event
+from events.schema import EventValidationError
+from events.segment import SegmentId, SegmentIdError
+from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
+from events.visibility import SegmentState
+
+
+class Timelines:
+    def __init__(self) -> None:
+        self._by_source: dict[str, Timeline] = {}
+        self._ids: dict[str, SegmentId] = {}
+
+    def timeline(self, data_source: str) -> Timeline:
+        tl = self._by_source.get(data_source)
+        if tl is None:
+            tl = self._by_source[data_source] = Timeline(data_source)
+        return tl
+
+    def data_sources(self) -> list[str]:
+        return sorted(self._by_source)
+
+    def apply(self, event: Event) -> list[StateChange]:
+        """Fold one event; raises EventValidationError for a segment id that cannot be parsed."""
+        if isinstance(event, SegmentsPublished):
+            by_source: dict[str, list] = {}  # type: ignore[type-arg]
+            for seg in event.segments:
+                self._ids[str(seg.id)] = seg.id
+                by_source.setdefault(seg.data_source, []).append(seg)
+            changes = [c for ds in sorted(by_source) for c in self.timeline(ds).publish(by_source[ds])]
+        elif isinstance(event, SegmentAnnounced):
+            self._ids[str(event.segment.id)] = event.segment.id
+            changes = self.timeline(event.segment.data_source).announce(event.segment, event.server)
+        elif isinstance(event, SegmentUnannounced):
+            sid = self._resolve(event.segment_id, "payload.segmentId")
+            changes = self.timeline(sid.data_source).unannounce(sid, event.server)
+        elif isinstance(event, SegmentsMarkedUnused):
+            ids = [self._resolve(t, f"payload.segmentIds[{i}]") for i, t in enumerate(event.segment_ids)]
+            grouped: dict[str, list[SegmentId]] = {}
+            for sid in ids:
+                grouped.setdefault(sid.data_source, []).append(sid)
+            changes = [c for ds in sorted(grouped) for c in self.timeline(ds).mark_unused(grouped[ds])]
+        else:
+            return []
+        return changes
+
+    def _resolve(self, text: str, field: str) -> SegmentId:
+        known = self._ids.get(text)
+        if known is not None:
+            return known
+        for ds in sorted(self._by_source, key=len, reverse=True):
+            if text.startswith(ds + "_"):
+                try:
+                    return SegmentId.parse(text, ds)
+                except SegmentIdError:
+                    continue
+        try:
+            return SegmentId.parse(text)
+        except SegmentIdError as e:
+            raise EventValidationError(field, text, str(e)) from None
+
+    def states(self) -> dict[str, SegmentState]:
+        """Every known segment's state by id text, data sources in order."""
+        return {str(sid): st for ds in self.data_sources() for sid, st in self._by_source[ds].states().items()}
+
+    def visible(self) -> dict[str, list[str]]:
+        out = {ds: [str(s) for s in self._by_source[ds].visible()] for ds in self.data_sources()}
+        return {ds: ids for ds, ids in out.items() if ids}
