@@ -129,12 +129,28 @@ def _strongly_connected(nodes: list[int], edges: Mapping[int, Set[int]]) -> dict
     return comp
 
 
-def resolve_chunk(members: Mapping[int, SegmentDescriptor], online: Set[int]) -> ChunkResolution:
-    """Apply the rules of the module docstring to the known segments of one chunk.
+@dataclass(frozen=True, slots=True)
+class ChunkStructure:
+    """What the rules derive from the members alone (not from who is online), cached per chunk.
 
-    ``members`` maps partition id -> descriptor for every used or online segment
-    of the chunk; ``online`` holds the partition ids announced by a server.
+    ``order`` lists group representatives with every lister before what it
+    lists; ``lists`` are the listings with cycle edges removed. A structure is
+    *plain* when no member declares anything: every group is a single segment
+    listing nothing, so the visible segments are exactly the online ones.
     """
+
+    plain: bool
+    group_of: Mapping[int, int]
+    group_members: Mapping[int, tuple[int, ...]]
+    lists: Mapping[int, frozenset[int]]
+    order: tuple[int, ...]
+    known: frozenset[int]
+
+
+def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
+    """Groups, listings (cycle edges dropped) and a lister-first order for the chunk's known members."""
+    if all(not m.overshadowed_segments and set(m.atomic_update_group) <= {p} for p, m in members.items()):
+        return ChunkStructure(True, {}, {}, {}, (), frozenset(members))
     group_of = _groups(members)
     group_members: dict[int, list[int]] = {}
     for pid in sorted(group_of):
@@ -167,12 +183,33 @@ def resolve_chunk(members: Mapping[int, SegmentDescriptor], online: Set[int]) ->
             if indegree[h] == 0:
                 ready.append(h)
         ready.sort()
+    return ChunkStructure(
+        False, group_of, {g: tuple(m) for g, m in group_members.items()}, lists, tuple(order), frozenset(members)
+    )
 
-    complete = {g: all(m in online for m in group_members[g]) for g in groups}
+
+def resolve_chunk(members: Mapping[int, SegmentDescriptor], online: Set[int]) -> ChunkResolution:
+    """Apply the rules of the module docstring to the known segments of one chunk.
+
+    ``members`` maps partition id -> descriptor for every used or online segment
+    of the chunk; ``online`` holds the partition ids announced by a server.
+    """
+    return resolve_structure(chunk_structure(members), online)
+
+
+def resolve_structure(structure: ChunkStructure, online: Set[int]) -> ChunkResolution:
+    """The verdict for one online set, given the chunk's cached structure."""
+    if structure.plain:
+        return ChunkResolution(frozenset(p for p in structure.known if p in online), frozenset(), frozenset(),
+                               frozenset())
+    group_of, group_members, lists, order = structure.group_of, structure.group_members, structure.lists, \
+        structure.order
+    known = structure.known
     servable: dict[int, bool] = {}
     for g in reversed(order):  # listed groups before their listers
         listed = lists[g]
-        servable[g] = complete[g] or (bool(listed) and all(x in members and servable[group_of[x]] for x in listed))
+        servable[g] = all(m in online for m in group_members[g]) or (
+            bool(listed) and all(x in known and servable[group_of[x]] for x in listed))
 
     hidden: set[int] = set()
     status: dict[int, str] = {}
@@ -183,7 +220,7 @@ def resolve_chunk(members: Mapping[int, SegmentDescriptor], online: Set[int]) ->
         listed = lists[g]
         if all(m in online for m in not_hidden):
             verdict = SERVE
-        elif not any_hidden and listed and all(x in members and servable[group_of[x]] for x in listed):
+        elif not any_hidden and listed and all(x in known and servable[group_of[x]] for x in listed):
             verdict = PASS
         elif any(m in online for m in not_hidden):
             verdict = SERVE
@@ -193,8 +230,10 @@ def resolve_chunk(members: Mapping[int, SegmentDescriptor], online: Set[int]) ->
         if verdict == SERVE:
             hidden.update(listed)
 
-    visible, standby, overshadowed = set(), set(), set()
-    for pid in members:
+    visible: set[int] = set()
+    standby: set[int] = set()
+    overshadowed: set[int] = set()
+    for pid in known:
         if pid not in online:
             continue
         if pid in hidden:

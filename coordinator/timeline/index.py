@@ -7,31 +7,28 @@ per populated level, the buckets that can hold an overlapping interval (or the
 whole level when that is fewer), so hourly, daily, monthly and all-time
 intervals mix without any one length slowing the others.
 
-Invariants: ``overlapping(q)`` returns exactly the keys whose interval shares a
-millisecond with ``q``, sorted; add and remove are O(1).
+Invariants: ``overlapping(q)`` returns the values of exactly the keys whose
+interval shares a millisecond with ``q`` (in a deterministic but unspecified
+order); add and remove are O(1).
 
 >>> from events import Interval
 >>> idx = IntervalIndex()
->>> idx.add("day", Interval.parse("2026-01-01/P1D"))
->>> idx.add("hour", Interval.parse("2026-01-01T05/PT1H"))
->>> idx.add("next", Interval.parse("2026-01-02/P1D"))
->>> idx.overlapping(Interval.parse("2026-01-01T05:30/PT1H"))
-['day', 'hour']
+>>> idx.add("day", Interval.parse("2026-01-01/P1D"), "the day")
+>>> idx.add("hour", Interval.parse("2026-01-01T05/PT1H"), "an hour")
+>>> idx.add("next", Interval.parse("2026-01-02/P1D"), "the next day")
+>>> sorted(idx.overlapping(Interval.parse("2026-01-01T05:30/PT1H")))
+['an hour', 'the day']
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from events.interval import Interval
 
-
-class _Key(Hashable, Protocol):
-    def __lt__(self, other: Any, /) -> bool: ...
-
-
-K = TypeVar("K", bound=_Key)
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 BASE_BITS = 20  # about 17.5 minutes
 
@@ -40,9 +37,11 @@ def _level(length: int) -> int:
     return max(0, (length - 1).bit_length() - BASE_BITS)
 
 
-class IntervalIndex(Generic[K]):
+class IntervalIndex(Generic[K, V]):
+    """Values stored under keys with their interval."""
+
     def __init__(self) -> None:
-        self._levels: dict[int, dict[int, dict[K, Interval]]] = {}
+        self._levels: dict[int, dict[int, dict[K, tuple[int, int, V]]]] = {}
         self._where: dict[K, tuple[int, int]] = {}
 
     def __len__(self) -> int:
@@ -51,12 +50,12 @@ class IntervalIndex(Generic[K]):
     def __contains__(self, key: K) -> bool:
         return key in self._where
 
-    def add(self, key: K, interval: Interval) -> None:
+    def add(self, key: K, interval: Interval, value: V) -> None:
         if key in self._where:
             self.remove(key)
         level = _level(max(interval.duration, 1))
         bucket = interval.start >> (level + BASE_BITS)
-        self._levels.setdefault(level, {}).setdefault(bucket, {})[key] = interval
+        self._levels.setdefault(level, {}).setdefault(bucket, {})[key] = (interval.start, interval.end, value)
         self._where[key] = (level, bucket)
 
     def remove(self, key: K) -> None:
@@ -68,11 +67,11 @@ class IntervalIndex(Generic[K]):
             if not buckets:
                 del self._levels[level]
 
-    def overlapping(self, query: Interval) -> list[K]:
-        """Keys whose interval overlaps ``query`` (shares at least one millisecond), in sorted order."""
+    def overlapping(self, query: Interval) -> list[V]:
+        """Values whose interval overlaps ``query`` (shares at least one millisecond)."""
         if query.is_empty():
             return []
-        found: list[K] = []
+        found: list[V] = []
         qs, qe = query.start, query.end
         for level, buckets in self._levels.items():
             shift = level + BASE_BITS
@@ -83,6 +82,5 @@ class IntervalIndex(Generic[K]):
                 candidates = (items for b, items in buckets.items() if first <= b <= last)
             for items in candidates:
                 if items:
-                    found.extend(k for k, iv in items.items() if iv.start < qe and qs < iv.end)
-        found.sort()
+                    found.extend(v for s, e, v in items.values() if s < qe and qs < e)
         return found

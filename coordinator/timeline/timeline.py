@@ -48,17 +48,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
-from coordinator.timeline.chunk import ChunkResolution, resolve_chunk
+from coordinator.timeline.chunk import ChunkResolution, ChunkStructure, chunk_structure, resolve_structure
 from coordinator.timeline.coverage import covers, subtract
 from coordinator.timeline.index import IntervalIndex
 from events.interval import Interval
 from events.segment import SegmentDescriptor, SegmentId
 from events.visibility import SegmentState
 
-ChunkKey = tuple[Interval, str]
+ChunkKey = tuple[int, int, str]  # (start, end, version): plain values hash and compare fast
 _EMPTY = ChunkResolution(frozenset(), frozenset(), frozenset(), frozenset())
 
 
@@ -74,8 +75,7 @@ class StateChange:
         return f"{self.segment_id}: {self.old} -> {self.new}"
 
 
-@dataclass(frozen=True, slots=True)
-class LookupEntry:
+class LookupEntry(NamedTuple):
     """A visible segment and the parts of the queried interval it serves, in time order."""
 
     segment_id: SegmentId
@@ -85,35 +85,53 @@ class LookupEntry:
 class _Chunk:
     """Mutable bookkeeping of one (interval, version); only the Timeline touches it."""
 
-    __slots__ = ("complete", "fully_hidden", "interval", "key", "members", "online", "resolution", "served",
-                 "version", "visible_ids")
+    __slots__ = ("complete", "covered", "fully_hidden", "ids", "interval", "key", "members", "online", "rank",
+                 "resolution", "served", "structure", "version", "visible_ids")
 
     def __init__(self, interval: Interval, version: str) -> None:
         self.interval = interval
         self.version = version
-        self.key: ChunkKey = (interval, version)
+        self.key: ChunkKey = (interval.start, interval.end, version)
+        self.rank = (version, interval.start, interval.end)  # "higher" chunk order
         self.members: dict[int, SegmentDescriptor] = {}
+        self.ids: dict[int, SegmentId] = {}
         self.online: set[int] = set()
         self.resolution = _EMPTY
+        self.structure: ChunkStructure | None = None  # None: members changed since last resolve
         self.complete = False
         self.visible_ids: tuple[SegmentId, ...] = ()
         self.served: tuple[Interval, ...] = ()
         self.fully_hidden = False
-
-    @property
-    def rank(self) -> tuple[str, Interval]:
-        return (self.version, self.interval)
+        self.covered = False  # coverage computed at least once
 
     @property
     def candidate(self) -> bool:
         return bool(self.resolution.visible)
 
+    def set_member(self, partition: int, segment: SegmentDescriptor) -> None:
+        if self.members.get(partition) is not segment:
+            self.members[partition] = segment
+            self.ids[partition] = segment.id
+            self.structure = None
+
+    def drop_member(self, partition: int) -> None:
+        if self.members.pop(partition, None) is not None:
+            del self.ids[partition]
+            self.structure = None
+        self.online.discard(partition)
+
     def resolve(self) -> None:
-        self.resolution = resolve_chunk(self.members, self.online)
+        if self.structure is None:
+            self.structure = chunk_structure(self.members)
+        self.resolution = resolve_structure(self.structure, self.online)
         visible = self.resolution.visible
         core = max((m.core_partitions for m in self.members.values()), default=0)
         self.complete = bool(visible) and all(p in self.online for p in range(core))
-        self.visible_ids = tuple(self.members[p].id for p in sorted(visible))
+        self.visible_ids = tuple(self.ids[p] for p in sorted(visible))
+
+
+def _key(sid: SegmentId) -> ChunkKey:
+    return (sid.interval.start, sid.interval.end, sid.version)
 
 
 class Timeline:
@@ -125,8 +143,8 @@ class Timeline:
         self._used: set[SegmentId] = set()
         self._servers: dict[SegmentId, set[str]] = {}
         self._chunks: dict[ChunkKey, _Chunk] = {}
-        self._index: IntervalIndex[ChunkKey] = IntervalIndex()
-        self._served: SortedList = SortedList()  # (start, end, chunk key), disjoint pieces
+        self._index: IntervalIndex[ChunkKey, _Chunk] = IntervalIndex()
+        self._served: SortedList = SortedList()  # (start, end, chunk key, piece), disjoint pieces
         self._state: dict[SegmentId, SegmentState] = {}
         self._forgotten: list[SegmentId] = []
 
@@ -152,7 +170,7 @@ class Timeline:
                 tl._segments.setdefault(sid, seg)
         for sid, seg in tl._segments.items():
             chunk = tl._chunk_for(seg)
-            chunk.members[sid.partition_id] = seg
+            chunk.set_member(sid.partition_id, seg)
             if sid in tl._servers:
                 chunk.online.add(sid.partition_id)
         for chunk in tl._chunks.values():
@@ -160,8 +178,7 @@ class Timeline:
         for chunk in tl._chunks.values():
             tl._cover(chunk)
         for chunk in tl._chunks.values():
-            for p in chunk.members:
-                sid = chunk.members[p].id
+            for p, sid in chunk.ids.items():
                 tl._state[sid] = tl._state_in(chunk, p)
         return tl
 
@@ -170,11 +187,11 @@ class Timeline:
             raise ValueError(f"segment {seg.id} belongs to {seg.data_source!r}, not {self.data_source!r}")
 
     def _chunk_for(self, seg: SegmentDescriptor) -> _Chunk:
-        key = (seg.interval, seg.version)
+        key = (seg.interval.start, seg.interval.end, seg.version)
         chunk = self._chunks.get(key)
         if chunk is None:
             chunk = self._chunks[key] = _Chunk(seg.interval, seg.version)
-            self._index.add(key, seg.interval)
+            self._index.add(key, seg.interval, chunk)
         return chunk
 
     # -- mutations --------------------------------------------------------------------
@@ -186,7 +203,7 @@ class Timeline:
             self._used.add(seg.id)
             self._segments[seg.id] = seg
             chunk = self._chunk_for(seg)
-            chunk.members[seg.partition_id] = seg
+            chunk.set_member(seg.partition_id, seg)
             touched.add(chunk.key)
         return self._settle(touched)
 
@@ -196,7 +213,7 @@ class Timeline:
         for sid in segment_ids:
             if sid in self._used:
                 self._used.discard(sid)
-                touched.add((sid.interval, sid.version))
+                touched.add(_key(sid))
                 self._forget_if_unknown(sid)
         return self._settle(touched)
 
@@ -212,7 +229,8 @@ class Timeline:
             return []
         self._segments.setdefault(sid, segment)
         chunk = self._chunk_for(self._segments[sid])
-        chunk.members.setdefault(sid.partition_id, self._segments[sid])
+        if sid.partition_id not in chunk.members:
+            chunk.set_member(sid.partition_id, self._segments[sid])
         chunk.online.add(sid.partition_id)
         return self._settle({chunk.key})
 
@@ -225,7 +243,7 @@ class Timeline:
         if servers:
             return []
         del self._servers[segment_id]
-        key = (segment_id.interval, segment_id.version)
+        key = _key(segment_id)
         self._chunks[key].online.discard(segment_id.partition_id)
         self._forget_if_unknown(segment_id)
         return self._settle({key})
@@ -235,15 +253,14 @@ class Timeline:
             return
         self._segments.pop(sid, None)
         self._forgotten.append(sid)
-        chunk = self._chunks[(sid.interval, sid.version)]
-        chunk.members.pop(sid.partition_id, None)
-        chunk.online.discard(sid.partition_id)
+        self._chunks[_key(sid)].drop_member(sid.partition_id)
 
     def _settle(self, touched: set[ChunkKey]) -> list[StateChange]:
         """Re-resolve touched chunks, re-cover where completeness changed, diff the states."""
         if not touched:
             return []
-        affected: dict[ChunkKey, _Chunk] = {}
+        restate: dict[ChunkKey, _Chunk] = {}
+        recover: dict[ChunkKey, _Chunk] = {}
         dirty: list[Interval] = []
         for key in sorted(touched):
             chunk = self._chunks[key]
@@ -254,57 +271,66 @@ class Timeline:
                 self._index.remove(key)
                 del self._chunks[key]
                 dirty.append(chunk.interval)
-            else:
-                affected[key] = chunk
-                if (chunk.complete, chunk.candidate) != before:
-                    dirty.append(chunk.interval)
+                continue
+            restate[key] = chunk
+            if (chunk.complete, chunk.candidate) != before:
+                dirty.append(chunk.interval)
+            elif not chunk.covered:
+                recover[key] = chunk  # a new chunk may lie under higher ones
         for interval in dirty:
-            for key in self._index.overlapping(interval):
-                affected[key] = self._chunks[key]
-        # Touched chunks always (a new chunk may lie under higher ones); their neighbours when flags changed.
-        for chunk in affected.values():
-            self._cover(chunk)
+            for other in self._index.overlapping(interval):
+                recover[other.key] = other
+        for key, chunk in recover.items():
+            if self._cover(chunk):
+                restate[key] = chunk
         changes: list[StateChange] = []
-        seen: set[SegmentId] = set()
-        for chunk in affected.values():
-            for p, seg in chunk.members.items():
-                sid = seg.id
-                seen.add(sid)
+        state = self._state
+        for chunk in restate.values():
+            for p, sid in chunk.ids.items():
                 new = self._state_in(chunk, p)
-                old = self._state.get(sid, "absent")
+                old = state.get(sid, "absent")
                 if new != old:
-                    self._state[sid] = new
+                    state[sid] = new
                     changes.append(StateChange(sid, old, new))
         for sid in self._forgotten:
-            if sid not in seen and sid in self._state:
-                changes.append(StateChange(sid, self._state.pop(sid), "absent"))
+            if sid in state and sid not in self._segments:
+                changes.append(StateChange(sid, state.pop(sid), "absent"))
         self._forgotten.clear()
         changes.sort(key=lambda c: c.segment_id)
         return changes
 
     # -- coverage -----------------------------------------------------------------------
-    def _cover(self, chunk: _Chunk) -> None:
-        """Recompute where ``chunk`` is served and whether higher complete chunks hide all of it."""
-        others = [self._chunks[k] for k in self._index.overlapping(chunk.interval) if k != chunk.key]
+    def _cover(self, chunk: _Chunk) -> bool:
+        """Recompute where ``chunk`` is served and whether higher complete chunks hide all of it.
+
+        Returns whether either changed (only then can its members' states change).
+        """
+        chunk.covered = True
         rank = chunk.rank
+        others = [o for o in self._index.overlapping(chunk.interval) if o is not chunk]
         higher_complete = [o.interval for o in others if o.complete and o.rank > rank]
-        chunk.fully_hidden = covers(higher_complete, chunk.interval)
-        if not chunk.candidate:
-            served: tuple[Interval, ...] = ()
-        elif chunk.complete:
+        served: tuple[Interval, ...] = ()
+        if chunk.complete:
             served = subtract(chunk.interval, higher_complete)
+            fully_hidden = not served
         else:
-            blockers = [o.interval for o in others if o.complete or (o.candidate and o.rank > rank)]
-            served = subtract(chunk.interval, blockers)
+            fully_hidden = covers(higher_complete, chunk.interval)
+            if chunk.candidate and not fully_hidden:
+                blockers = [o.interval for o in others if o.complete or (o.candidate and o.rank > rank)]
+                served = subtract(chunk.interval, blockers)
+        changed = fully_hidden != chunk.fully_hidden
+        chunk.fully_hidden = fully_hidden
         if served != chunk.served:
             self._uncover(chunk)
             chunk.served = served
             for piece in served:
-                self._served.add((piece.start, piece.end, chunk.key))
+                self._served.add((piece.start, piece.end, chunk.key, piece))
+            changed = True
+        return changed
 
     def _uncover(self, chunk: _Chunk) -> None:
         for piece in chunk.served:
-            self._served.remove((piece.start, piece.end, chunk.key))
+            self._served.remove((piece.start, piece.end, chunk.key, piece))
         chunk.served = ()
 
     def _state_in(self, chunk: _Chunk, p: int) -> SegmentState:
@@ -341,7 +367,12 @@ class Timeline:
         return [sid for sid, st in self.states().items() if st == "visible"]
 
     def lookup(self, interval: Interval) -> list[LookupEntry]:
-        """The visible segments serving ``interval`` and, for each, the parts of it they serve."""
+        """The visible segments serving ``interval`` and, for each, the parts of it they serve.
+
+        Entries come in the order of the first instant each serves, then by
+        segment id: pieces are visited in time order and a chunk's visible ids
+        are sorted, so no sort is needed.
+        """
         if interval.is_empty():
             return []
         qs, qe = interval.start, interval.end
@@ -349,36 +380,35 @@ class Timeline:
         i = pieces.bisect_left((qs,))
         if i > 0 and pieces[i - 1][1] > qs:
             i -= 1
-        parts: dict[SegmentId, list[Interval]] = {}
-        n = len(pieces)
-        while i < n:
-            start, end, key = pieces[i]
+        # Keyed by the id object's identity: each member's SegmentId is one object held by its
+        # chunk, and identity hashing is far cheaper than hashing the dataclass.
+        parts: dict[int, tuple[SegmentId, list[Interval]]] = {}
+        chunks = self._chunks
+        for start, end, key, piece in pieces.islice(i):
             if start >= qe:
                 break
-            sub = Interval(max(start, qs), min(end, qe))
-            for sid in self._chunks[key].visible_ids:
-                got = parts.get(sid)
+            sub = piece if qs <= start and end <= qe else Interval(max(start, qs), min(end, qe))
+            for sid in chunks[key].visible_ids:
+                got = parts.get(id(sid))
                 if got is None:
-                    parts[sid] = [sub]
-                elif got[-1].end == sub.start:
-                    got[-1] = Interval(got[-1].start, sub.end)
+                    parts[id(sid)] = (sid, [sub])
+                    continue
+                ivs = got[1]
+                if ivs[-1].end == sub.start:
+                    ivs[-1] = Interval(ivs[-1].start, sub.end)
                 else:
-                    got.append(sub)
-            i += 1
-        entries = [LookupEntry(sid, tuple(ivs)) for sid, ivs in parts.items()]
-        entries.sort(key=lambda e: (e.intervals[0].start, e.segment_id))
-        return entries
+                    ivs.append(sub)
+        return [LookupEntry(sid, tuple(ivs)) for sid, ivs in parts.values()]
 
-    def served_pieces(self) -> list[tuple[Interval, ChunkKey]]:
-        """The disjoint pieces of time and the chunk serving each, in time order."""
-        return [(Interval(s, e), key) for s, e, key in self._served]
+    def served_pieces(self) -> list[tuple[Interval, tuple[Interval, str]]]:
+        """The disjoint pieces of time and the chunk (interval, version) serving each, in time order."""
+        return [(piece, (Interval(key[0], key[1]), key[2])) for _s, _e, key, piece in self._served]
 
     def overshadowed_used(self) -> list[SegmentId]:
         """Used segments, online or not, hidden by what is served now (may be marked unused after a wait)."""
         out = []
         for chunk in self._chunks.values():
-            for p, seg in chunk.members.items():
-                sid = seg.id
+            for p, sid in chunk.ids.items():
                 if sid in self._used and (chunk.fully_hidden or p in chunk.resolution.hidden):
                     out.append(sid)
         out.sort()
