@@ -42,7 +42,5 @@ def parse_interval(text: str) -> Interval:
 
 
 def lookup_json(timelines: Timelines, data_source: str, interval: Interval) -> list[dict[str, Any]]:
-    if data_source not in timelines.data_sources():
-        return []
     return [{"segment": str(e.segment_id), "intervals": [i.iso() for i in e.intervals]}
-            for e in timelines.timeline(data_source).lookup(interval)]
+            for e in timelines.lookup(data_source, interval)]

@@ -108,10 +108,11 @@ class _Chunk:
     def candidate(self) -> bool:
         return bool(self.resolution.visible)
 
-    def set_member(self, partition: int, segment: SegmentDescriptor) -> None:
+    def set_member(self, sid: SegmentId, segment: SegmentDescriptor) -> None:
+        partition = sid.partition_id
         if self.members.get(partition) is not segment:
             self.members[partition] = segment
-            self.ids[partition] = segment.id
+            self.ids[partition] = sid
             self.structure = None
 
     def drop_member(self, partition: int) -> None:
@@ -141,7 +142,7 @@ class Timeline:
         self.data_source = data_source
         self._segments: dict[SegmentId, SegmentDescriptor] = {}
         self._used: set[SegmentId] = set()
-        self._servers: dict[SegmentId, set[str]] = {}
+        self._servers: dict[SegmentId, tuple[str, ...]] = {}  # replicas are few: a tuple is 4x smaller than a set
         self._chunks: dict[ChunkKey, _Chunk] = {}
         self._index: IntervalIndex[ChunkKey, _Chunk] = IntervalIndex()
         self._served: SortedList = SortedList()  # (start, end, chunk key, piece), disjoint pieces
@@ -160,17 +161,18 @@ class Timeline:
         tl = cls(data_source)
         for seg in used:
             tl._check(seg)
-            tl._segments[seg.id] = seg
-            tl._used.add(seg.id)
+            sid = seg.id
+            tl._segments[sid] = seg
+            tl._used.add(sid)
         for sid, (seg, servers) in (online or {}).items():
             tl._check(seg)
-            names = set(servers)
+            names = tuple(sorted(set(servers)))
             if names:
                 tl._servers[sid] = names
                 tl._segments.setdefault(sid, seg)
         for sid, seg in tl._segments.items():
             chunk = tl._chunk_for(seg)
-            chunk.set_member(sid.partition_id, seg)
+            chunk.set_member(sid, seg)
             if sid in tl._servers:
                 chunk.online.add(sid.partition_id)
         for chunk in tl._chunks.values():
@@ -200,10 +202,11 @@ class Timeline:
         touched: set[ChunkKey] = set()
         for seg in segments:
             self._check(seg)
-            self._used.add(seg.id)
-            self._segments[seg.id] = seg
+            sid = seg.id
+            self._used.add(sid)
+            self._segments[sid] = seg
             chunk = self._chunk_for(seg)
-            chunk.set_member(seg.partition_id, seg)
+            chunk.set_member(sid, seg)
             touched.add(chunk.key)
         return self._settle(touched)
 
@@ -221,26 +224,27 @@ class Timeline:
         """A server serves the segment (idempotent per server)."""
         self._check(segment)
         sid = segment.id
-        servers = self._servers.setdefault(sid, set())
+        servers = self._servers.get(sid, ())
         if server in servers:
             return []
-        servers.add(server)
-        if len(servers) > 1:
+        self._servers[sid] = (*servers, server)
+        if servers:
             return []
         self._segments.setdefault(sid, segment)
         chunk = self._chunk_for(self._segments[sid])
         if sid.partition_id not in chunk.members:
-            chunk.set_member(sid.partition_id, self._segments[sid])
+            chunk.set_member(sid, self._segments[sid])
         chunk.online.add(sid.partition_id)
         return self._settle({chunk.key})
 
     def unannounce(self, segment_id: SegmentId, server: str) -> list[StateChange]:
         """A server stopped serving the segment (unknown pairs change nothing)."""
-        servers = self._servers.get(segment_id)
-        if not servers or server not in servers:
+        servers = self._servers.get(segment_id, ())
+        if server not in servers:
             return []
-        servers.discard(server)
-        if servers:
+        remaining = tuple(s for s in servers if s != server)
+        if remaining:
+            self._servers[segment_id] = remaining
             return []
         del self._servers[segment_id]
         key = _key(segment_id)

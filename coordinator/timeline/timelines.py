@@ -16,11 +16,14 @@ text alone is ambiguous still name the right segment.
 ['visible']
 >>> tls.visible()
 {'wiki_edits': ['wiki_edits_2026-01-01T00:00:00.000Z_2026-01-02T00:00:00.000Z_v1']}
+>>> [e.intervals[0].iso() for e in tls.lookup("wiki_edits", Interval.parse("2026-01-01T06/PT1H"))]
+['2026-01-01T06:00:00.000Z/2026-01-01T07:00:00.000Z']
 """
 
 from __future__ import annotations
 
-from coordinator.timeline.timeline import StateChange, Timeline
+from coordinator.timeline.timeline import LookupEntry, StateChange, Timeline
+from events.interval import Interval
 from events.registry import Event
 from events.schema import EventValidationError
 from events.segment import SegmentId, SegmentIdError
@@ -80,6 +83,11 @@ class Timelines:
             return SegmentId.parse(text)
         except SegmentIdError as e:
             raise EventValidationError(field, text, str(e)) from None
+
+    def lookup(self, data_source: str, interval: Interval) -> list[LookupEntry]:
+        """The visible segments of ``data_source`` serving ``interval``, with the parts each serves."""
+        tl = self._by_source.get(data_source)
+        return [] if tl is None else tl.lookup(interval)
 
     def states(self) -> dict[str, SegmentState]:
         """Every known segment's state by id text, data sources in order."""
