@@ -14,7 +14,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from events.instant import InstantError, parse_instant
@@ -34,6 +34,15 @@ class SegmentId:
     interval: Interval
     version: str
     partition_id: int = 0
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        # Ids key every map of the timeline: hash once, not on every lookup.
+        object.__setattr__(self, "_hash", hash((self.data_source, self.interval.start, self.interval.end,
+                                                self.version, self.partition_id)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __str__(self) -> str:
         base = f"{self.data_source}_{self.interval.iso().replace('/', '_')}_{self.version}"

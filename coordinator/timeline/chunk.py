@@ -140,6 +140,7 @@ class ChunkStructure:
     """
 
     plain: bool
+    core: int  # declared core partitions (NumberedShardSpec ``partitions``), 0 when none
     group_of: Mapping[int, int]
     group_members: Mapping[int, tuple[int, ...]]
     lists: Mapping[int, frozenset[int]]
@@ -149,8 +150,9 @@ class ChunkStructure:
 
 def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
     """Groups, listings (cycle edges dropped) and a lister-first order for the chunk's known members."""
+    core = max((m.core_partitions for m in members.values()), default=0)
     if all(not m.overshadowed_segments and set(m.atomic_update_group) <= {p} for p, m in members.items()):
-        return ChunkStructure(True, {}, {}, {}, (), frozenset(members))
+        return ChunkStructure(True, core, {}, {}, {}, (), frozenset(members))
     group_of = _groups(members)
     group_members: dict[int, list[int]] = {}
     for pid in sorted(group_of):
@@ -184,7 +186,7 @@ def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
                 ready.append(h)
         ready.sort()
     return ChunkStructure(
-        False, group_of, {g: tuple(m) for g, m in group_members.items()}, lists, tuple(order), frozenset(members)
+        False, core, group_of, {g: tuple(m) for g, m in group_members.items()}, lists, tuple(order), frozenset(members)
     )
 
 

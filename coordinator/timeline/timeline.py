@@ -122,12 +122,12 @@ class _Chunk:
         self.online.discard(partition)
 
     def resolve(self) -> None:
-        if self.structure is None:
-            self.structure = chunk_structure(self.members)
-        self.resolution = resolve_structure(self.structure, self.online)
+        structure = self.structure
+        if structure is None:
+            structure = self.structure = chunk_structure(self.members)
+        self.resolution = resolve_structure(structure, self.online)
         visible = self.resolution.visible
-        core = max((m.core_partitions for m in self.members.values()), default=0)
-        self.complete = bool(visible) and all(p in self.online for p in range(core))
+        self.complete = bool(visible) and all(p in self.online for p in range(structure.core))
         self.visible_ids = tuple(self.ids[p] for p in sorted(visible))
 
 
