@@ -24,9 +24,12 @@ from events.locks import (
     LockReleased,
     LockRevoked,
     LockWaiting,
+    PublishAccepted,
     PublishRejected,
     SegmentAllocated,
+    TaskDeregistered,
     TaskLock,
+    TaskRegistered,
 )
 from events.period import Period, PeriodError
 from events.registry import Event, all_event_classes, event_class
@@ -64,6 +67,7 @@ __all__ = [
     "LockWaiting",
     "Period",
     "PeriodError",
+    "PublishAccepted",
     "PublishRejected",
     "PublishRequested",
     "RulesSet",
@@ -81,8 +85,10 @@ __all__ = [
     "ServerJoined",
     "ServerLeft",
     "ServerRecommissioned",
+    "TaskDeregistered",
     "TaskFinished",
     "TaskLock",
+    "TaskRegistered",
     "TaskStarted",
     "TopicSpec",
     "Topics",

@@ -3,6 +3,12 @@
 Each decision carries the ``requestId`` it answers (release and revocation
 carry the request that caused them when there is one), the lock or segment it
 concerns, and a ``reason`` where something is refused.
+
+The topic is the lockbox's whole history: folding it rebuilds the lockbox
+exactly. That is why the task lifecycle (``task_registered``,
+``task_deregistered``) and accepted publishes (``publish_accepted``, with the
+upgraded copies a replace commit creates) are decisions here too; the lock agent
+also writes accepted publishes to ``segments`` as ``segments_published``.
 """
 
 from __future__ import annotations
@@ -11,9 +17,9 @@ from dataclasses import dataclass
 
 from events.interval import Interval
 from events.registry import Event, event_type
-from events.schema import wire
+from events.schema import JsonValue, wire
 from events.segment import SegmentDescriptor
-from events.tasks import LockGranularity, LockType
+from events.tasks import LockGranularity, LockType, TaskStatus
 from events.topics import LOCKS
 
 
@@ -37,10 +43,17 @@ class TaskLock:
 @event_type("lock_granted", topic=LOCKS)
 @dataclass(frozen=True, slots=True)
 class LockGranted(Event):
+    """The task holds ``lock`` (a new one, or its group's existing one that the task joins).
+
+    An idempotent re-request answered with a revoked lock carries ``revoked: true``
+    in the lock and says so in ``reason``.
+    """
+
     request_id: str = wire("requestId")
     task_id: str = wire("taskId")
     lock: TaskLock = wire("lock")
     revoked_lock_ids: tuple[str, ...] = wire("revokedLockIds", ())
+    reason: str | None = wire("reason", None)
 
 
 @event_type("lock_waiting", topic=LOCKS)
@@ -93,3 +106,37 @@ class PublishRejected(Event):
     request_id: str = wire("requestId")
     task_id: str = wire("taskId")
     reason: str = wire("reason")
+
+
+@event_type("publish_accepted", topic=LOCKS)
+@dataclass(frozen=True, slots=True)
+class PublishAccepted(Event):
+    """Every segment the publish commits: the task's own and any upgraded copies, in commit order."""
+
+    request_id: str = wire("requestId")
+    task_id: str = wire("taskId")
+    segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True)
+    upgraded_segment_ids: tuple[str, ...] = wire("upgradedSegmentIds", ())
+    start_metadata: JsonValue | None = wire("startMetadata", None)
+    end_metadata: JsonValue | None = wire("endMetadata", None)
+
+
+@event_type("task_registered", topic=LOCKS)
+@dataclass(frozen=True, slots=True)
+class TaskRegistered(Event):
+    """The lockbox knows the task from now on, with its effective priority."""
+
+    task_id: str = wire("taskId")
+    group_id: str = wire("groupId")
+    task_type: str = wire("taskType")
+    data_source: str = wire("dataSource")
+    priority: int = wire("priority")
+
+
+@event_type("task_deregistered", topic=LOCKS)
+@dataclass(frozen=True, slots=True)
+class TaskDeregistered(Event):
+    """The task ended; requests from it are denied from now on."""
+
+    task_id: str = wire("taskId")
+    status: TaskStatus = wire("status")

@@ -17,6 +17,7 @@ from events import (
     LockRequested,
     LockRevoked,
     LockWaiting,
+    PublishAccepted,
     PublishRejected,
     PublishRequested,
     RulesSet,
@@ -32,8 +33,10 @@ from events import (
     ServerJoined,
     ServerLeft,
     ServerRecommissioned,
+    TaskDeregistered,
     TaskFinished,
     TaskLock,
+    TaskRegistered,
     TaskStarted,
     all_event_classes,
     derived_event_id,
@@ -73,6 +76,8 @@ def example_events() -> list[Event]:
         RulesSet(data_source="_default", rules=({"type": "loadForever", "tieredReplicants": {"_default_tier": 2}},)),
         DynamicConfigSet(config={"maxSegmentsToMove": 100, "replicationThrottleLimit": 500}),
         TaskStarted(task_id="index_kafka_1", group_id="index_kafka_wiki", task_type="index_kafka", data_source=DS),
+        TaskRegistered(task_id="index_kafka_1", group_id="index_kafka_wiki", task_type="index_kafka", data_source=DS,
+                       priority=75),
         LockRequested(
             request_id="req-1", task_id="index_kafka_1", group_id="index_kafka_wiki", task_type="index_kafka",
             data_source=DS, interval=DAY, granularity="timeChunk", lock_type="append", priority=75,
@@ -90,6 +95,8 @@ def example_events() -> list[Event]:
             request_id="req-5", task_id="index_kafka_1", segments=(seg,),
             start_metadata={"partitions": {"0": 0}}, end_metadata={"partitions": {"0": 1200}},
         ),
+        PublishAccepted(request_id="req-5", task_id="index_kafka_1", segments=(seg,),
+                        start_metadata={"partitions": {"0": 0}}, end_metadata={"partitions": {"0": 1200}}),
         PublishRejected(request_id="req-6", task_id="index_kafka_2", reason="lock lock-9 was revoked"),
         SegmentsPublished(task_id="index_kafka_1", segments=(seg,), end_metadata={"partitions": {"0": 1200}}),
         LoadSegment(command_id="cmd-1", server="historical-1:8083", segment=seg, stage="assign", reason="unreplicated"),
@@ -98,6 +105,7 @@ def example_events() -> list[Event]:
                                  to_state="visible"),
         LockRevoked(lock_ids=("lock-7",), reason="revoked by higher-priority lock-8", request_id="req-8"),
         TaskFinished(task_id="index_kafka_1", status="success"),
+        TaskDeregistered(task_id="index_kafka_1", status="success"),
         LockReleased(task_id="index_kafka_1", lock_ids=("lock-1",), reason="task finished"),
         ServerDecommissioned(server="historical-1:8083"),
         DropSegment(command_id="cmd-2", server="historical-1:8083", segment_id=seg_id, stage="decommission",
@@ -117,8 +125,9 @@ def example_events() -> list[Event]:
 
 
 def example_envelopes(start_ms: int) -> list[Envelope[Event]]:
-    """The examples wrapped in envelopes with deterministic ids, one millisecond apart."""
+    """The examples wrapped in envelopes whose ids depend on the event type only (stable golden files)."""
     return [
-        Envelope(event, derived_event_id("examples", 0, i, 0), Instant(start_ms + i), partition_key(event) or DS)
-        for i, event in enumerate(example_events())
+        Envelope(event, derived_event_id(f"examples/{event.event_type}", 0, 0, 0), Instant(start_ms),
+                 partition_key(event) or DS)
+        for event in example_events()
     ]
