@@ -93,11 +93,16 @@ class LockReleased(Event):
 @event_type("segment_allocated", topic=LOCKS)
 @dataclass(frozen=True, slots=True)
 class SegmentAllocated(Event):
+    """A new segment id. The sequence fields are the allocation's idempotency key, kept for replay."""
+
     request_id: str = wire("requestId")
     task_id: str = wire("taskId")
     segment_id: str = wire("segmentId")
     segment: SegmentDescriptor = wire("segment")
     lock_id: str | None = wire("lockId", None)
+    sequence_name: str | None = wire("sequenceName", None)
+    previous_segment_id: str | None = wire("previousSegmentId", None)
+    skip_lineage_check: bool = wire("skipLineageCheck", False)
 
 
 @event_type("publish_rejected", topic=LOCKS)

@@ -4,7 +4,9 @@
 type: a change to the wire format shows up here as a diff. Regenerate on purpose
 only, with ``SEGCOORD_UPDATE_GOLDEN=1 pytest tests/unit/test_golden.py``.
 ``tests/golden/v1/`` holds bytes written by schema version 1 of types since
-bumped; they must decode (upcast) to today's value forever.
+bumped; they must decode (upcast) to today's value forever. ``tests/golden/compat/``
+holds bytes written before an additive change (a new field with a default):
+they must still decode, with the default.
 """
 
 from __future__ import annotations
@@ -49,3 +51,17 @@ def test_upcaster_is_pure_and_leaves_malformed_v1_to_validation() -> None:
     assert task_finished_v1_to_v2(payload) == {"taskId": "t", "status": "success"}
     assert payload == {"taskId": "t", "success": True}
     assert task_finished_v1_to_v2({"taskId": "t"}) == {"taskId": "t"}
+
+
+@pytest.mark.parametrize("path", sorted((GOLDEN / "compat").glob("*.json")), ids=lambda p: p.stem)
+def test_bytes_from_before_additive_changes_still_decode(path: Path) -> None:
+    env = decode(path.read_bytes())
+    assert decode(encode(env)) == env
+
+
+def test_additive_fields_take_their_defaults() -> None:
+    from events import SegmentAllocated
+
+    env = decode((GOLDEN / "compat" / "segment_allocated_without_sequence_fields.json").read_bytes())
+    assert isinstance(env.event, SegmentAllocated)
+    assert (env.event.sequence_name, env.event.previous_segment_id, env.event.skip_lineage_check) == (None, None, False)

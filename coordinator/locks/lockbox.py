@@ -1,0 +1,267 @@
+"""The task lockbox: requests in, decisions out.
+
+``Lockbox.handle(envelope)`` answers one request event (task_started,
+lock_requested, segment_allocation_requested, publish_requested, task_finished)
+with decision events, applying each to its state as it is emitted; the pure form
+is :func:`decide`, which works on a copy. Folding the decisions over an empty
+lockbox (:meth:`Lockbox.replay`) rebuilds the state exactly, waiting requests
+aside: they are never persisted and their tasks re-send them.
+
+Rules (seed 001 and Druid's TaskLockbox with APPEND/REPLACE locks):
+
+- A task is known from ``task_started`` until ``task_finished``; requests from
+  unknown or finished tasks, for another data source, or with empty intervals
+  are denied with a reason. Priorities default by task type (streaming 75, batch
+  50, compaction 25, else 0); a task or a request may override.
+- **Idempotency**: a request by the same group, granularity and type whose
+  interval lies inside a lock the group holds gets that lock back (a revoked one
+  stays revoked, and the answer says so).
+- **Conflicts and compatibility**: see :mod:`coordinator.locks.conflicts`. A
+  request with no incompatible live lock is granted; if every incompatible live
+  lock has a strictly lower priority, they are all revoked (one event lists
+  them) and the request is granted; otherwise it waits. Waiters are re-examined
+  in arrival order whenever a release or a revocation frees something.
+- **Versions**: a new lock's version is the request's event time, raised above
+  every existing segment version of its interval if the clock lags; an append
+  lock writes into the visible version of its interval; a segment lock carries
+  its segments' version.
+- **Task end** releases the task's locks; a lock shared by a group is released
+  when its last member ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from coordinator.locks.conflicts import scopes_conflict, types_compatible
+from coordinator.locks.priority import default_priority
+from coordinator.locks.state import LockboxState, SourceState, TaskInfo, Waiter
+from events.envelope import Envelope
+from events.instant import format_instant, parse_instant
+from events.locks import (
+    LockDenied,
+    LockGranted,
+    LockReleased,
+    LockRevoked,
+    LockWaiting,
+    TaskDeregistered,
+    TaskLock,
+    TaskRegistered,
+)
+from events.registry import Event
+from events.tasks import LockRequested, PublishRequested, SegmentAllocationRequested, TaskFinished, TaskStarted
+
+Emit = Callable[[Event], None]
+
+
+class Blocked(Exception):
+    """A lock request cannot be granted now; ``blocking`` are the incompatible live lock ids."""
+
+    def __init__(self, blocking: list[str]) -> None:
+        super().__init__(", ".join(blocking))
+        self.blocking = blocking
+
+
+def next_version(candidate: str, existing: Iterable[str]) -> str:
+    """``candidate`` unless some existing version is not older; then just above the newest existing one.
+
+    >>> next_version("2026-01-02T00:00:00.000Z", ["2026-01-01T00:00:00.000Z"])
+    '2026-01-02T00:00:00.000Z'
+    >>> next_version("2026-01-01T00:00:00.000Z", ["2026-01-03T00:00:00.000Z"])
+    '2026-01-03T00:00:00.001Z'
+    """
+    newest = max(existing, default=None)
+    if newest is None or newest < candidate:
+        return candidate
+    try:
+        return format_instant(parse_instant(newest) + 1)
+    except ValueError:
+        return newest + "_1"
+
+
+class Lockbox(LockboxState):
+    """See the module docstring for the rules."""
+
+    @classmethod
+    def replay(cls, decisions: Iterable[Event]) -> Lockbox:
+        box = cls()
+        for event in decisions:
+            box.apply(event)
+        return box
+
+    def handle(self, envelope: Envelope[Event]) -> list[Event]:
+        """Decide on one request and apply the decisions; returns them in emission order."""
+        out: list[Event] = []
+
+        def emit(event: Event) -> None:
+            self.apply(event)
+            out.append(event)
+
+        event = envelope.event
+        at = envelope.occurred_at
+        if isinstance(event, TaskStarted):
+            self._task_started(event, emit)
+        elif isinstance(event, TaskFinished):
+            self._task_finished(event, emit)
+        elif isinstance(event, LockRequested):
+            self._lock_requested(event, at, emit)
+        elif isinstance(event, SegmentAllocationRequested):
+            from coordinator.locks.allocation import allocate
+
+            allocate(self, event, at, emit)
+        elif isinstance(event, PublishRequested):
+            from coordinator.locks.publish import publish
+
+            publish(self, event, emit)
+        return out
+
+    # -- task lifecycle -----------------------------------------------------------------
+    def _task_started(self, event: TaskStarted, emit: Emit) -> None:
+        if event.task_id in self.tasks:
+            return  # a duplicate start changes nothing
+        priority = event.priority if event.priority is not None else default_priority(event.task_type)
+        emit(TaskRegistered(task_id=event.task_id, group_id=event.group_id, task_type=event.task_type,
+                            data_source=event.data_source, priority=priority))
+
+    def _task_finished(self, event: TaskFinished, emit: Emit) -> None:
+        info = self.tasks.get(event.task_id)
+        if info is None:
+            return
+        src = self.source(info.data_source)
+        held = [lock.lock_id for lock in src.locks_of(event.task_id)]
+        emit(TaskDeregistered(task_id=event.task_id, status=event.status))
+        if held:
+            emit(LockReleased(task_id=event.task_id, lock_ids=tuple(held), reason=f"task {event.status}"))
+            self._reexamine(src, emit)
+
+    # -- validation -------------------------------------------------------------------------
+    def check_task(self, task_id: str, data_source: str) -> TaskInfo | str:
+        """The task's info, or the reason a request from it must be refused."""
+        info = self.tasks.get(task_id)
+        if info is None:
+            if task_id in self.ended:
+                return f"task {task_id} has finished"
+            return f"task {task_id} is unknown (no task_started)"
+        if info.data_source != data_source:
+            return f"task {task_id} works on {info.data_source!r}, not {data_source!r}"
+        return info
+
+    # -- lock requests ------------------------------------------------------------------------
+    def _lock_requested(self, req: LockRequested, at: int, emit: Emit) -> None:
+        info = self.check_task(req.task_id, req.data_source)
+        reason = info if isinstance(info, str) else self._request_problem(req, info)
+        if reason is not None:
+            emit(LockDenied(request_id=req.request_id, task_id=req.task_id, reason=reason))
+            return
+        src = self.source(req.data_source)
+        try:
+            self.acquire(src, req, at, emit)
+        except Blocked as blocked:
+            if all(w.request.request_id != req.request_id for w in src.waiters):
+                src.waiters.append(Waiter(req, at))
+            emit(LockWaiting(request_id=req.request_id, task_id=req.task_id,
+                             reason="waiting for " + ", ".join(blocked.blocking),
+                             blocking_lock_ids=tuple(blocked.blocking)))
+
+    def _request_problem(self, req: LockRequested, info: TaskInfo) -> str | None:
+        if req.group_id != info.group_id:
+            return f"task {req.task_id} belongs to group {info.group_id!r}, not {req.group_id!r}"
+        if req.interval.is_empty():
+            return f"interval {req.interval.iso()} is empty"
+        if req.granularity == "segment":
+            if req.lock_type in ("append", "replace"):
+                return f"{req.lock_type} locks exist for timeChunk granularity only"
+            if not req.partition_ids:
+                return "a segment lock needs partitionIds"
+        return None
+
+    def priority_of(self, req: LockRequested) -> int:
+        if req.priority is not None:
+            return req.priority
+        info = self.tasks.get(req.task_id)
+        return info.priority if info is not None else default_priority(req.task_type)
+
+    def acquire(self, src: SourceState, req: LockRequested, at: int, emit: Emit) -> TaskLock:
+        """Grant ``req`` (revoking strictly lower-priority incompatible locks) or raise :class:`Blocked`."""
+        partitions = tuple(sorted(set(req.partition_ids or ()))) if req.granularity == "segment" else ()
+        for lock in src.locks.values():  # idempotent re-request: the group's own lock back
+            if (lock.group_id == req.group_id and lock.granularity == req.granularity
+                    and lock.lock_type == req.lock_type and lock.interval.contains(req.interval)
+                    and set(partitions) <= set(lock.partition_ids)):
+                emit(LockGranted(request_id=req.request_id, task_id=req.task_id, lock=lock,
+                                 reason=f"lock {lock.lock_id} was revoked; it stays revoked" if lock.revoked else None))
+                return lock
+        priority = self.priority_of(req)
+        blocking = [
+            lock for lock in src.locks.values()
+            if not lock.revoked
+            and scopes_conflict(lock.granularity, lock.interval, lock.partition_ids,
+                                req.granularity, req.interval, partitions)
+            and not types_compatible(lock.lock_type, lock.interval, req.lock_type, req.interval)
+        ]
+        if any(lock.priority >= priority for lock in blocking):
+            raise Blocked([lock.lock_id for lock in blocking])
+        revoked = tuple(lock.lock_id for lock in blocking)
+        if revoked:
+            emit(LockRevoked(lock_ids=revoked, request_id=req.request_id,
+                             reason=f"revoked by a priority {priority} {req.lock_type} request of {req.task_id}"))
+        lock = TaskLock(
+            lock_id=f"{req.data_source}#{src.lock_seq}",
+            task_id=req.task_id,
+            group_id=req.group_id,
+            data_source=req.data_source,
+            interval=req.interval,
+            granularity=req.granularity,
+            lock_type=req.lock_type,
+            version=self.version_for(src, req, at),
+            priority=priority,
+            partition_ids=partitions,
+        )
+        emit(LockGranted(request_id=req.request_id, task_id=req.task_id, lock=lock, revoked_lock_ids=revoked))
+        if revoked:
+            self._reexamine(src, emit)
+        return lock
+
+    def version_for(self, src: SourceState, req: LockRequested, at: int) -> str:
+        """The version of a new lock (see the module docstring).
+
+        Allocated (pending) segments count as existing data, as Druid's pending
+        segments do: appends into a chunk that only has pending segments join
+        their version, so partition ids stay consecutive per version.
+        """
+        iv = req.interval
+        known = list(src.next_partition)  # published and allocated (start, end, version)
+        if req.granularity == "segment":
+            same = [v for (s, e, v) in known if s == iv.start and e == iv.end]
+            if same:
+                return max(same)
+        if req.lock_type == "append":
+            published = [seg.version for seg in src.segments.values() if seg.interval.overlaps(iv)]
+            pending = [v for (s, e, v) in known if s < iv.end and iv.start < e]
+            if published or pending:
+                return max(published or pending)
+        overlapping = [v for (s, e, v) in known if s < iv.end and iv.start < e]
+        return next_version(format_instant(at), overlapping)
+
+    def _reexamine(self, src: SourceState, emit: Emit) -> None:
+        """Grant waiters, in arrival order, that can be granted now; the others keep waiting."""
+        for waiter in list(src.waiters):
+            if waiter not in src.waiters:
+                continue
+            req = waiter.request
+            info = self.check_task(req.task_id, req.data_source)
+            if isinstance(info, str):
+                src.waiters.remove(waiter)
+                emit(LockDenied(request_id=req.request_id, task_id=req.task_id, reason=info))
+                continue
+            try:
+                self.acquire(src, req, waiter.at, emit)
+            except Blocked:
+                continue
+
+
+def decide(box: Lockbox, envelope: Envelope[Event]) -> list[Event]:
+    """The decisions for one request, leaving ``box`` untouched (works on a copy)."""
+    scratch = box.copy()
+    assert isinstance(scratch, Lockbox)
+    return scratch.handle(envelope)

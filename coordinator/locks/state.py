@@ -1,0 +1,207 @@
+"""The lockbox's state and its fold over the decision log (``locks`` topic).
+
+``LockboxState.apply(event)`` is the only way state changes, both when the
+lockbox decides (it applies each decision as it emits it) and on replay; so
+folding the emitted decisions over an empty state rebuilds the same state,
+except the waiting requests, which are never persisted (tasks re-send them).
+
+State is partitioned by data source (the ``locks`` topic is keyed by it):
+a decision about one data source reads the task registry and that data
+source's part only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from events.interval import Interval
+from events.locks import (
+    LockGranted,
+    LockReleased,
+    LockRevoked,
+    PublishAccepted,
+    SegmentAllocated,
+    TaskDeregistered,
+    TaskLock,
+    TaskRegistered,
+)
+from events.registry import Event
+from events.segment import SegmentDescriptor, SegmentId
+from events.tasks import LockRequested
+
+ChunkVersion = tuple[int, int, str]  # (interval start, interval end, version)
+AllocationKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    task_id: str
+    group_id: str
+    task_type: str
+    data_source: str
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class Waiter:
+    """A lock request waiting for conflicting locks to go; ``at`` is its event time (for its version)."""
+
+    request: LockRequested
+    at: int
+
+
+@dataclass
+class SourceState:
+    """One data source's locks, published segments, allocations and stream metadata."""
+
+    locks: dict[str, TaskLock] = field(default_factory=dict)  # live: granted, not released (revoked included)
+    holders: dict[str, frozenset[str]] = field(default_factory=dict)  # lock id -> task ids holding it
+    lock_seq: int = 0
+    segments: dict[SegmentId, SegmentDescriptor] = field(default_factory=dict)  # published
+    next_partition: dict[ChunkVersion, int] = field(default_factory=dict)  # never reused
+    allocations: dict[AllocationKey, SegmentAllocated] = field(default_factory=dict)
+    metadata: Any = None  # stream offsets committed with the last publish
+    appended_under: dict[str, tuple[SegmentDescriptor, ...]] = field(default_factory=dict)  # replace lock -> appends
+    committed_replaces: frozenset[str] = frozenset()
+    waiters: list[Waiter] = field(default_factory=list)
+
+    def copy(self) -> SourceState:
+        return SourceState(
+            dict(self.locks), dict(self.holders), self.lock_seq, dict(self.segments), dict(self.next_partition),
+            dict(self.allocations), self.metadata, dict(self.appended_under), self.committed_replaces,
+            list(self.waiters),
+        )
+
+    def persistent(self) -> tuple[Any, ...]:
+        """Everything but the waiters, for comparing a replayed state with the live one."""
+        return (self.locks, self.holders, self.lock_seq, self.segments, self.next_partition, self.allocations,
+                self.metadata, self.appended_under, self.committed_replaces)
+
+    def locks_of(self, task_id: str) -> list[TaskLock]:
+        return [self.locks[i] for i, tasks in self.holders.items() if task_id in tasks]
+
+    def take_partition(self, interval: Interval, version: str) -> int:
+        """The next partition id of (interval, version) (does not reserve it: apply does)."""
+        return self.next_partition.get((interval.start, interval.end, version), 0)
+
+    def _reserve(self, seg: SegmentDescriptor) -> None:
+        key = (seg.interval.start, seg.interval.end, seg.version)
+        self.next_partition[key] = max(self.next_partition.get(key, 0), seg.partition_id + 1)
+
+
+def allocation_key(sequence_name: str, previous: str | None, interval: Interval, skip_lineage: bool) -> AllocationKey:
+    """Idempotency key: (sequenceName, previousSegmentId) or, skipping the lineage check, (sequenceName, interval)."""
+    if skip_lineage:
+        return ("interval", sequence_name, interval.iso())
+    return ("lineage", sequence_name, previous or "")
+
+
+class LockboxState:
+    """The task registry plus every data source's :class:`SourceState`."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, TaskInfo] = {}
+        self.ended: set[str] = set()
+        self.sources: dict[str, SourceState] = {}
+        self.lock_source: dict[str, str] = {}  # lock id -> data source
+
+    def source(self, data_source: str) -> SourceState:
+        src = self.sources.get(data_source)
+        if src is None:
+            src = self.sources[data_source] = SourceState()
+        return src
+
+    def copy(self) -> LockboxState:
+        other = type(self)()
+        other.tasks = dict(self.tasks)
+        other.ended = set(self.ended)
+        other.sources = {ds: src.copy() for ds, src in self.sources.items()}
+        other.lock_source = dict(self.lock_source)
+        return other
+
+    def persistent(self) -> tuple[Any, ...]:
+        return (self.tasks, self.ended, {ds: s.persistent() for ds, s in sorted(self.sources.items())},
+                self.lock_source)
+
+    def live_locks(self) -> list[TaskLock]:
+        """Every granted, unreleased lock (revoked ones included), by data source then lock id order of grant."""
+        return [lock for ds in sorted(self.sources) for lock in self.sources[ds].locks.values()]
+
+    # -- the fold -------------------------------------------------------------------
+    def apply(self, event: Event) -> None:
+        """Fold one decision. Unknown references are ignored, so a replay never fails part way."""
+        if isinstance(event, TaskRegistered):
+            self.tasks[event.task_id] = TaskInfo(event.task_id, event.group_id, event.task_type, event.data_source,
+                                                 event.priority)
+            self.ended.discard(event.task_id)
+        elif isinstance(event, TaskDeregistered):
+            info = self.tasks.pop(event.task_id, None)
+            self.ended.add(event.task_id)
+            if info is not None and info.data_source in self.sources:
+                src = self.sources[info.data_source]
+                src.waiters = [w for w in src.waiters if w.request.task_id != event.task_id]
+        elif isinstance(event, LockGranted):
+            lock = event.lock
+            src = self.source(lock.data_source)
+            if lock.lock_id not in src.locks:
+                src.locks[lock.lock_id] = lock
+                src.lock_seq += 1
+                self.lock_source[lock.lock_id] = lock.data_source
+            src.holders[lock.lock_id] = src.holders.get(lock.lock_id, frozenset()) | {event.task_id}
+            src.waiters = [w for w in src.waiters if w.request.request_id != event.request_id]
+        elif isinstance(event, LockRevoked):
+            for lock_id in event.lock_ids:
+                ds = self.lock_source.get(lock_id)
+                if ds is not None:
+                    src = self.sources[ds]
+                    src.locks[lock_id] = replace(src.locks[lock_id], revoked=True)
+        elif isinstance(event, LockReleased):
+            for lock_id in event.lock_ids:
+                ds = self.lock_source.get(lock_id)
+                if ds is None:
+                    continue
+                src = self.sources[ds]
+                remaining = src.holders.get(lock_id, frozenset()) - {event.task_id}
+                if remaining:
+                    src.holders[lock_id] = remaining
+                    continue
+                src.holders.pop(lock_id, None)
+                src.locks.pop(lock_id, None)
+                src.appended_under.pop(lock_id, None)
+                src.committed_replaces -= {lock_id}
+                del self.lock_source[lock_id]
+        elif isinstance(event, SegmentAllocated):
+            src = self.source(event.segment.data_source)
+            src._reserve(event.segment)
+            if event.sequence_name is not None:
+                key = allocation_key(event.sequence_name, event.previous_segment_id, event.segment.interval,
+                                     event.skip_lineage_check)
+                src.allocations.setdefault(key, event)
+        elif isinstance(event, PublishAccepted):
+            self._apply_publish(event)
+
+    def _apply_publish(self, event: PublishAccepted) -> None:
+        info = self.tasks.get(event.task_id)
+        ds = event.segments[0].data_source
+        src = self.source(ds)
+        upgraded = set(event.upgraded_segment_ids)
+        task_locks = src.locks_of(event.task_id)
+        replace_locks = [lk for lk in task_locks if lk.lock_type == "replace" and not lk.revoked]
+        appends = [s for s in event.segments if str(s.id) not in upgraded
+                   and any(lk.lock_type == "append" and lk.interval.contains(s.interval) for lk in task_locks)]
+        for seg in event.segments:
+            src.segments[seg.id] = seg
+            src._reserve(seg)
+        if event.end_metadata is not None:
+            src.metadata = event.end_metadata
+        # A replace commit upgraded what was appended under it; later appends get their copy at once.
+        for lock in replace_locks:
+            src.appended_under.pop(lock.lock_id, None)
+            src.committed_replaces |= {lock.lock_id}
+        group = info.group_id if info is not None else None
+        for seg in appends:
+            for lock in src.locks.values():
+                if (lock.lock_type == "replace" and not lock.revoked and lock.group_id != group
+                        and lock.interval.contains(seg.interval) and lock.lock_id not in src.committed_replaces):
+                    src.appended_under[lock.lock_id] = (*src.appended_under.get(lock.lock_id, ()), seg)
