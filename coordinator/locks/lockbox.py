@@ -127,10 +127,10 @@ class Lockbox(LockboxState):
         info = self.tasks.get(event.task_id)
         if info is None:
             return
-        src = self.source(info.data_source)
-        held = [lock.lock_id for lock in src.locks_of(event.task_id)]
+        src = self.sources.get(info.data_source)
+        held = [lock.lock_id for lock in src.locks_of(event.task_id)] if src is not None else []
         emit(TaskDeregistered(task_id=event.task_id, status=event.status))
-        if held:
+        if src is not None and held:
             emit(LockReleased(task_id=event.task_id, lock_ids=tuple(held), reason=f"task {event.status}"))
             self._reexamine(src, emit)
 

@@ -121,8 +121,10 @@ class LockboxState:
         return other
 
     def persistent(self) -> tuple[Any, ...]:
-        return (self.tasks, self.ended, {ds: s.persistent() for ds, s in sorted(self.sources.items())},
-                self.lock_source)
+        """Everything a replay rebuilds: data sources with nothing persistent (only waiters) are left out."""
+        empty = SourceState().persistent()
+        sources = {ds: p for ds, src in sorted(self.sources.items()) if (p := src.persistent()) != empty}
+        return (self.tasks, self.ended, sources, self.lock_source)
 
     def live_locks(self) -> list[TaskLock]:
         """Every granted, unreleased lock (revoked ones included), by data source then lock id order of grant."""
