@@ -145,6 +145,19 @@ def cmd_timeline_lookup(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- locks ---------------------------------------------------------------------
+def cmd_locks_replay(args: argparse.Namespace) -> int:
+    import orjson
+
+    from streaming.locks_replay import replay_json, replay_text
+
+    if args.json:
+        print(orjson.dumps(replay_json(Path(args.file))).decode())
+    else:
+        print(replay_text(Path(args.file)))
+    return 0
+
+
 # -- demo ----------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     from streaming.demo import run_demo
@@ -209,6 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
     lk.add_argument("--at", type=int, metavar="N", help="apply the events of lines 1..N only")
     lk.add_argument("--json", action="store_true", help='[{"segment": id, "intervals": ["start/end", ...]}]')
     lk.set_defaults(func=cmd_timeline_lookup)
+
+    lk_cmd = sub.add_parser("locks", help="the task lockbox")
+    lksub = lk_cmd.add_subparsers(dest="action", metavar="ACTION", required=True)
+    lrp = lksub.add_parser("replay", help="run a JSON-lines file of task requests; print decisions and final locks")
+    lrp.add_argument("file")
+    lrp.add_argument("--json", action="store_true", help='{"decisions": [...], "locks": [...]}')
+    lrp.set_defaults(func=cmd_locks_replay)
 
     evs = sub.add_parser("events", help="the event contract")
     esub = evs.add_subparsers(dest="action", metavar="ACTION", required=True)
