@@ -32,6 +32,15 @@ def granted(e: object) -> LockGranted:
     return e
 
 
+def batch_published(s: Script, partitions: int) -> str:
+    """Given: a batch task locked the day, published ``partitions`` segments and ended. Returns their version."""
+    s.start("batch")
+    version = granted(s.lock("batch")).lock.version
+    assert isinstance(s.publish("batch", *(seg(version, p) for p in range(partitions))), PublishAccepted)
+    s.finish("batch")
+    return version
+
+
 # -- requests, tasks, priorities ---------------------------------------------------------------
 def test_default_priorities_by_task_type_and_overrides() -> None:
     s = Script()
@@ -170,10 +179,7 @@ def test_lock_versions_follow_the_request_time_and_never_lose_to_existing_data()
 
 def test_append_locks_take_the_visible_version_and_segment_locks_their_segments_version() -> None:
     s = Script()
-    s.start("batch")
-    v = granted(s.lock("batch")).lock.version
-    s.publish("batch", seg(v, 0), seg(v, 1))
-    s.finish("batch")
+    v = batch_published(s, partitions=2)
     s.start("stream", "index_kafka"), s.start("compact", "compact")
     assert granted(s.lock("stream", lock_type="append")).lock.version == v
     s.finish("stream")  # a timeChunk append lock and a segment lock on the chunk do conflict
@@ -213,10 +219,7 @@ def test_segment_lock_allocation_locks_the_new_partition_atomically() -> None:
 def test_append_plus_compaction_with_segment_locks_has_no_contention_and_survives_a_restart() -> None:
     """Seed 001: a streaming task appends while compaction overwrites the same chunk."""
     s = Script()
-    s.start("batch")
-    v = granted(s.lock("batch")).lock.version
-    s.publish("batch", seg(v, 0), seg(v, 1))
-    s.finish("batch")
+    v = batch_published(s, partitions=2)
     s.start("compact", "compact"), s.start("kafka", "index_kafka")
     granted(s.lock("compact", granularity="segment", partitions=(0, 1)))  # inputs
     out1 = s.allocate("compact", sequence="c")
@@ -263,10 +266,7 @@ def test_stream_offsets_compare_and_swap() -> None:
 
 def test_replace_commit_upgrades_appends_and_later_appends_come_with_their_copy() -> None:
     s = Script()
-    s.start("batch")
-    v1 = granted(s.lock("batch")).lock.version
-    s.publish("batch", seg(v1, 0))
-    s.finish("batch")
+    v1 = batch_published(s, partitions=1)
     s.start("append", "index_kafka"), s.start("replace", "compact")
     a = granted(s.lock("append", interval=HOUR, lock_type="append")).lock
     r = granted(s.lock("replace", interval=DAY, lock_type="replace")).lock
