@@ -158,6 +158,26 @@ def cmd_locks_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- balance -------------------------------------------------------------------
+def cmd_balance_cost(args: argparse.Namespace) -> int:
+    from coordinator.balancer.cost import cost
+    from events.interval import Interval, IntervalError
+
+    intervals = []
+    for name, text in (("X_INTERVAL", args.x), ("Y_INTERVAL", args.y)):
+        try:
+            intervals.append(Interval.parse(text))
+        except IntervalError as e:
+            raise CliError(f"{name}: {e}") from None
+    try:
+        value = cost(intervals[0], intervals[1], same_data_source=args.same_datasource,
+                     half_life_hours=args.half_life_hours)
+    except ValueError as e:
+        raise CliError(f"--half-life-hours: {e}") from None
+    print(repr(value))
+    return 0
+
+
 # -- demo ----------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     from streaming.demo import run_demo
@@ -229,6 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
     lrp.add_argument("file")
     lrp.add_argument("--json", action="store_true", help='{"decisions": [...], "locks": [...]}')
     lrp.set_defaults(func=cmd_locks_replay)
+
+    bal = sub.add_parser("balance", help="cost-based placement (seed 000)")
+    bsub = bal.add_subparsers(dest="action", metavar="ACTION", required=True)
+    bc = bsub.add_parser("cost", help="the joint cost of two segments' intervals, in hours squared")
+    bc.add_argument("x", metavar="X_INTERVAL", help="ISO-8601 start/end")
+    bc.add_argument("y", metavar="Y_INTERVAL", help="ISO-8601 start/end")
+    bc.add_argument("--same-datasource", action="store_true", help="both segments of one data source (factor 2)")
+    bc.add_argument("--half-life-hours", type=float, default=24.0, help="decay half-life (default 24)")
+    bc.set_defaults(func=cmd_balance_cost)
 
     evs = sub.add_parser("events", help="the event contract")
     esub = evs.add_subparsers(dest="action", metavar="ACTION", required=True)
