@@ -64,9 +64,9 @@ def allocate(box: Lockbox, req: SegmentAllocationRequested, at: int, emit: Emit)
     group: tuple[int, ...] = ()
     if req.lock_granularity == "segment":
         version = box.version_for(src, lock_req, at)
-        partition = src.take_partition(interval, version)
+        partition = src.next_partition_id(interval, version)
         lock_req = replace(lock_req, partition_ids=(partition,))
-        inputs = _overwritten_inputs(src, info.group_id, interval, version)
+        inputs = overwritten_inputs(src, info.group_id, interval, version)
         if inputs:
             outputs = {a.segment.partition_id for a in src.allocations.values()
                        if a.segment.interval == interval and a.segment.version == version
@@ -85,7 +85,7 @@ def allocate(box: Lockbox, req: SegmentAllocationRequested, at: int, emit: Emit)
                 return deny(f"cannot lock {interval.iso()}: held by {', '.join(blocked.blocking)}")
         lock = held
         version = lock.version
-        partition = src.take_partition(interval, version)
+        partition = src.next_partition_id(interval, version)
     if lock.revoked:
         return deny(f"lock {lock.lock_id} was revoked")
     segment = SegmentDescriptor(
@@ -116,7 +116,7 @@ def _covering_lock(src: SourceState, task_id: str, interval: Interval, lock_type
     return None
 
 
-def _overwritten_inputs(src: SourceState, group_id: str, interval: Interval, version: str) -> tuple[int, ...]:
+def overwritten_inputs(src: SourceState, group_id: str, interval: Interval, version: str) -> tuple[int, ...]:
     """Partitions of (interval, version) that exist and that the group holds exclusive segment locks on."""
     existing = {s.partition_id for s in src.segments.values() if s.interval == interval and s.version == version}
     locked: set[int] = set()

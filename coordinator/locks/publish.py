@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from coordinator.locks.allocation import _overwritten_inputs
+from coordinator.locks.allocation import overwritten_inputs
 from coordinator.locks.state import SourceState
 from events.locks import PublishAccepted, PublishRejected, TaskLock
 from events.segment import SegmentDescriptor
@@ -94,7 +94,7 @@ def _fill_overwrite_lineage(src: SourceState, group_id: str,
     for seg in segments:
         by_chunk.setdefault((seg.interval.start, seg.interval.end, seg.version), []).append(seg.partition_id)
     for seg in segments:
-        inputs = _overwritten_inputs(src, group_id, seg.interval, seg.version)
+        inputs = overwritten_inputs(src, group_id, seg.interval, seg.version)
         if inputs:
             outputs = tuple(sorted(by_chunk[(seg.interval.start, seg.interval.end, seg.version)]))
             seg = replace(seg, overshadowed_segments=inputs, atomic_update_group=outputs)

@@ -81,11 +81,12 @@ class SourceState:
     def locks_of(self, task_id: str) -> list[TaskLock]:
         return [self.locks[i] for i, tasks in self.holders.items() if task_id in tasks]
 
-    def take_partition(self, interval: Interval, version: str) -> int:
+    def next_partition_id(self, interval: Interval, version: str) -> int:
         """The next partition id of (interval, version) (does not reserve it: apply does)."""
         return self.next_partition.get((interval.start, interval.end, version), 0)
 
-    def _reserve(self, seg: SegmentDescriptor) -> None:
+    def reserve(self, seg: SegmentDescriptor) -> None:
+        """Partition ids up to this segment's are used in its (interval, version), for good."""
         key = (seg.interval.start, seg.interval.end, seg.version)
         self.next_partition[key] = max(self.next_partition.get(key, 0), seg.partition_id + 1)
 
@@ -175,7 +176,7 @@ class LockboxState:
                 del self.lock_source[lock_id]
         elif isinstance(event, SegmentAllocated):
             src = self.source(event.segment.data_source)
-            src._reserve(event.segment)
+            src.reserve(event.segment)
             if event.sequence_name is not None:
                 key = allocation_key(event.sequence_name, event.previous_segment_id, event.segment.interval,
                                      event.skip_lineage_check)
@@ -194,7 +195,7 @@ class LockboxState:
                    and any(lk.lock_type == "append" and lk.interval.contains(s.interval) for lk in task_locks)]
         for seg in event.segments:
             src.segments[seg.id] = seg
-            src._reserve(seg)
+            src.reserve(seg)
         if event.end_metadata is not None:
             src.metadata = event.end_metadata
         # A replace commit upgraded what was appended under it; later appends get their copy at once.
