@@ -178,6 +178,20 @@ def cmd_balance_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_balance_simulate(args: argparse.Namespace) -> int:
+    import orjson
+
+    from streaming.balance_sim import simulate, text
+
+    try:
+        result = simulate(args.servers, args.datasources, args.days, args.seed, args.moves, Path(args.out),
+                          args.half_life_hours)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    print(orjson.dumps(result).decode() if args.json else text(result))
+    return 0
+
+
 # -- demo ----------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     from streaming.demo import run_demo
@@ -258,6 +272,16 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--same-datasource", action="store_true", help="both segments of one data source (factor 2)")
     bc.add_argument("--half-life-hours", type=float, default=24.0, help="decay half-life (default 24)")
     bc.set_defaults(func=cmd_balance_cost)
+    bs = bsub.add_parser("simulate", help="seed 000's experiment: random vs cost-based placement and rebalancing")
+    bs.add_argument("--servers", type=int, default=20)
+    bs.add_argument("--datasources", type=int, default=10)
+    bs.add_argument("--days", type=int, default=90)
+    bs.add_argument("--seed", type=int, default=7)
+    bs.add_argument("--moves", type=int, default=2000, help="greedy moves when rebalancing the random placement")
+    bs.add_argument("--half-life-hours", type=float, default=24.0)
+    bs.add_argument("--out", default="balance-simulation", help="folder for the PNG pictures")
+    bs.add_argument("--json", action="store_true")
+    bs.set_defaults(func=cmd_balance_simulate)
 
     evs = sub.add_parser("events", help="the event contract")
     esub = evs.add_subparsers(dest="action", metavar="ACTION", required=True)
