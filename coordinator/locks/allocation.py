@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from coordinator.locks.conflicts import Blocked, Emit
 from coordinator.locks.state import SourceState, allocation_key
 from events.interval import Interval
 from events.locks import LockDenied, SegmentAllocated, TaskLock
@@ -26,12 +27,10 @@ from events.segment import SegmentDescriptor
 from events.tasks import LockRequested, SegmentAllocationRequested
 
 if TYPE_CHECKING:
-    from coordinator.locks.lockbox import Emit, Lockbox
+    from coordinator.locks.lockbox import Lockbox
 
 
 def allocate(box: Lockbox, req: SegmentAllocationRequested, at: int, emit: Emit) -> None:
-    from coordinator.locks.lockbox import Blocked
-
     def deny(reason: str) -> None:
         emit(LockDenied(request_id=req.request_id, task_id=req.task_id, reason=reason))
 

@@ -24,9 +24,21 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from events.interval import Interval
+from events.registry import Event
+
+#: How decision code hands each decision to the lockbox, which applies and records it.
+Emit = Callable[[Event], None]
+
+
+class Blocked(Exception):
+    """A lock request cannot be granted now; ``blocking`` are the incompatible live lock ids."""
+
+    def __init__(self, blocking: list[str]) -> None:
+        super().__init__(", ".join(blocking))
+        self.blocking = blocking
 
 
 def scopes_conflict(

@@ -31,10 +31,12 @@ Rules (seed 001 and Druid's TaskLockbox with APPEND/REPLACE locks):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-from coordinator.locks.conflicts import scopes_conflict, types_compatible
+from coordinator.locks.allocation import allocate
+from coordinator.locks.conflicts import Blocked, Emit, scopes_conflict, types_compatible
 from coordinator.locks.priority import default_priority
+from coordinator.locks.publish import publish
 from coordinator.locks.state import LockboxState, SourceState, TaskInfo, Waiter
 from events.envelope import Envelope
 from events.instant import format_instant, parse_instant
@@ -51,15 +53,7 @@ from events.locks import (
 from events.registry import Event
 from events.tasks import LockRequested, PublishRequested, SegmentAllocationRequested, TaskFinished, TaskStarted
 
-Emit = Callable[[Event], None]
-
-
-class Blocked(Exception):
-    """A lock request cannot be granted now; ``blocking`` are the incompatible live lock ids."""
-
-    def __init__(self, blocking: list[str]) -> None:
-        super().__init__(", ".join(blocking))
-        self.blocking = blocking
+__all__ = ["Blocked", "Emit", "Lockbox", "decide", "next_version"]
 
 
 def next_version(candidate: str, existing: Iterable[str]) -> str:
@@ -106,12 +100,8 @@ class Lockbox(LockboxState):
         elif isinstance(event, LockRequested):
             self._lock_requested(event, at, emit)
         elif isinstance(event, SegmentAllocationRequested):
-            from coordinator.locks.allocation import allocate
-
             allocate(self, event, at, emit)
         elif isinstance(event, PublishRequested):
-            from coordinator.locks.publish import publish
-
             publish(self, event, emit)
         return out
 

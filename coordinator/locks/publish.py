@@ -23,13 +23,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from coordinator.locks.allocation import overwritten_inputs
+from coordinator.locks.conflicts import Emit
 from coordinator.locks.state import SourceState
 from events.locks import PublishAccepted, PublishRejected, TaskLock
 from events.segment import SegmentDescriptor
 from events.tasks import PublishRequested
 
 if TYPE_CHECKING:
-    from coordinator.locks.lockbox import Emit, Lockbox
+    from coordinator.locks.lockbox import Lockbox
 
 
 def publish(box: Lockbox, req: PublishRequested, emit: Emit) -> None:
