@@ -1,56 +1,132 @@
-"""Benchmark: one placement cost against a server holding N segments, brute force.
+"""Benchmark: the cost of one placement against a server holding N segments, brute force vs the cost cache.
 
-The vectorized numpy form (:func:`coordinator.balancer.cost.costs`) against the
-scalar closed form in a Python loop, both exact, on hourly-aligned data and on
-unaligned random starts, with the ratio measured in the same run. (The
-per-server cost cache of issue 5, which answers in O(log n), is not built yet;
-this is the baseline it will be measured against.)
+- **Query**: brute-force numpy (:class:`~coordinator.balancer.server_costs.ServerSegments`,
+  every held segment, vectorized) against :class:`~coordinator.balancer.cost_cache.ServerCostCache`
+  (O(log n)), for N = 1e3 .. 1e6, on hourly-aligned data and on unaligned random
+  starts and lengths (1 ms .. 48 h), with the ratio measured in the same run and the
+  largest relative difference between the two answers.
+- **Updates**: add and remove throughput of the cache.
+- **Choosing a server**: the cheapest of 300 servers holding 3M segments in
+  total (100 data sources), cache vs one brute-force pass over all 3M.
 
-Run: ``.venv/bin/python -m bench.cost``
+Run: ``.venv/bin/python -m bench.cost`` (``--quick`` stops at N = 1e5 and 30 servers).
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 
-from coordinator.balancer.cost import CostModel, costs, interval_joint_cost
-from events import Interval
+from coordinator.balancer.cost import CostModel, costs
+from coordinator.balancer.cost_cache import ServerCostCache
+from coordinator.balancer.server_costs import ServerSegments
+from events import Interval, SegmentDescriptor
 
 HOUR = 3_600_000
 BASE = 1_735_689_600_000
 
 
-def _best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
+def _per_call(fn: Callable[..., object], calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return (time.perf_counter() - t0) / calls
+
+
+def _segments(layout: str, n: int, rng: np.random.Generator, sources: int = 10,
+              hours: int | None = None) -> list[SegmentDescriptor]:
+    span = hours or max(1000, n // sources)
+    if layout == "aligned":
+        starts = BASE + rng.integers(0, span, n).astype(np.int64) * HOUR
+        ends = starts + HOUR
+    else:
+        starts = BASE + rng.integers(0, span * HOUR, n).astype(np.int64)
+        ends = starts + rng.integers(1, 48 * HOUR, n).astype(np.int64)
+    ds = rng.integers(0, sources, n)
+    return [SegmentDescriptor(f"ds{d}", Interval(s, e), f"v{i}")
+            for i, (s, e, d) in enumerate(zip(starts.tolist(), ends.tolist(), ds.tolist(), strict=True))]
+
+
+def queries(sizes: list[int]) -> None:
+    rng = np.random.default_rng(1)
+    print("one placement cost against a server holding N segments")
+    for layout in ("aligned", "unaligned"):
+        for n in sizes:
+            held = _segments(layout, n, rng)
+            brute = ServerSegments()
+            for s in held:
+                brute.add(s)
+            t0 = time.perf_counter()
+            cache = ServerCostCache()
+            cache.extend(held)
+            build = time.perf_counter() - t0
+            probes = _segments(layout, 200, rng, hours=max(1000, n // 10))
+            fast = _per_call(lambda c=cache, ps=probes: [c.cost_of(p) for p in ps], 3) / len(probes)
+            sample = probes[:10]
+            slow = _per_call(lambda b=brute, ps=sample: [b.cost_of(p) for p in ps], 1) / len(sample)
+            worst = max(abs(cache.cost_of(p) - brute.cost_of(p)) / brute.cost_of(p) for p in sample)
+            print(f"  {layout:9s} N={n:>9,}: brute {slow * 1e3:8.3f} ms   cache {fast * 1e6:7.1f} µs   "
+                  f"ratio {slow / fast:8.0f}x   max rel diff {worst:.1e}   (cache built in {build:5.1f} s)")
+
+
+def updates(n: int) -> None:
+    rng = np.random.default_rng(2)
+    print(f"cache updates on a server holding {n:,} segments")
+    for layout in ("aligned", "unaligned"):
+        cache = ServerCostCache()
+        cache.extend(_segments(layout, n, rng))
+        extra = _segments(layout, 2000, rng, hours=max(1000, n // 10))
+        extra = [SegmentDescriptor(s.data_source, s.interval, f"x{i}") for i, s in enumerate(extra)]
+        t0 = time.perf_counter()
+        for s in extra:
+            cache.add(s)
+        add = (time.perf_counter() - t0) / len(extra)
+        t0 = time.perf_counter()
+        for s in extra:
+            cache.remove(s.id)
+        remove = (time.perf_counter() - t0) / len(extra)
+        print(f"  {layout:9s}: add {1 / add:8,.0f}/s ({add * 1e6:5.1f} µs)   remove {1 / remove:8,.0f}/s "
+              f"({remove * 1e6:5.1f} µs)")
+
+
+def choose_server(servers: int, total: int) -> None:
+    rng = np.random.default_rng(3)
+    print(f"the cheapest of {servers} servers holding {total:,} segments (100 data sources, hourly)")
+    segments = _segments("aligned", total, rng, sources=100, hours=total // 100)
+    owner = rng.integers(0, servers, total)
+    t0 = time.perf_counter()
+    caches = [ServerCostCache() for _ in range(servers)]
+    for k in range(servers):
+        caches[k].extend([segments[i] for i in np.flatnonzero(owner == k).tolist()])
+    build = time.perf_counter() - t0
+    starts = np.array([s.interval.start for s in segments], dtype=np.int64)
+    ends = np.array([s.interval.end for s in segments], dtype=np.int64)
+    codes = np.array([int(s.data_source[2:]) for s in segments], dtype=np.int64)
+    probes = _segments("aligned", 20, rng, sources=100, hours=total // 100)
+    model = CostModel()
+
+    def by_cache(p: SegmentDescriptor) -> int:
+        return int(np.argmin([c.cost_of(p) for c in caches]))
+
+    def by_brute(p: SegmentDescriptor) -> int:
+        values = costs(p.interval, starts, ends, codes == int(p.data_source[2:]), model)
+        return int(np.argmin(np.bincount(owner, weights=values, minlength=servers)))
+
+    fast = _per_call(lambda: [by_cache(p) for p in probes], 1) / len(probes)
+    slow = _per_call(lambda: [by_brute(p) for p in probes[:5]], 1) / 5
+    agree = all(by_cache(p) == by_brute(p) for p in probes[:5])
+    print(f"  brute {slow * 1e3:8.1f} ms/segment   cache {fast * 1e3:7.2f} ms/segment   ratio {slow / fast:5.1f}x   "
+          f"same choice: {agree}   (caches built in {build:5.1f} s)")
 
 
 def main() -> None:
-    model = CostModel()
-    rng = np.random.default_rng(1)
-    x = Interval(BASE + 5000 * HOUR, BASE + 5001 * HOUR)
-    for layout in ("aligned", "unaligned"):
-        for n in (1_000, 10_000, 100_000, 1_000_000):
-            if layout == "aligned":
-                starts = BASE + rng.integers(0, 20_000, n).astype(np.int64) * HOUR
-                ends = starts + HOUR
-            else:
-                starts = BASE + rng.integers(0, 20_000 * HOUR, n).astype(np.int64)
-                ends = starts + rng.integers(1, 48 * HOUR, n).astype(np.int64)
-            same = rng.random(n) < 0.1
-            vec = _best(lambda s=starts, e=ends, m=same: float(np.sum(costs(x, s, e, m, model))), 3)
-            sample = min(n, 20_000)
-            pairs = list(zip(starts[:sample].tolist(), ends[:sample].tolist(), strict=True))
-            loop = _best(lambda p=pairs: sum(interval_joint_cost(x.start, x.end, s, e, model.lam) for s, e in p),
-                         1) * n / sample
-            print(f"{layout:9s} N={n:>9,}: numpy {vec * 1e3:9.3f} ms   scalar loop {loop * 1e3:10.1f} ms"
-                  f"{' (extrapolated)' if sample < n else ''}   ratio {loop / vec:6.1f}x")
+    quick = "--quick" in sys.argv
+    queries([1_000, 10_000, 100_000] if quick else [1_000, 10_000, 100_000, 1_000_000])
+    updates(100_000 if quick else 1_000_000)
+    choose_server(30, 300_000) if quick else choose_server(300, 3_000_000)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@
 ``cost_of(segment)`` exactly by brute force (vectorized, O(n) per query), with
 O(1) add and remove. It excludes the segment's own contribution when the server
 already holds it, so a holder and a candidate are scored alike (Druid's rule).
-The balancing strategy only needs ``cost_of`` and ``holds``: a faster exact
-index (the O(log n) per-server cost cache) can replace this behind the same
-methods.
+The balancing strategy only needs ``cost_of`` and ``holds``: the exact
+O(log n) :class:`~coordinator.balancer.cost_cache.ServerCostCache` has the same
+methods and replaces this wherever servers hold many segments; this brute force
+stays as the reference it is tested against.
 
 >>> from events import Interval, SegmentDescriptor
 >>> s = ServerSegments()

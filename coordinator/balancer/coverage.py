@@ -1,0 +1,501 @@
+"""Exponential moments of a coverage function on a dyadic grid: the engine of the exact per-server cost cache.
+
+The joint cost is additive in both arguments, so the summed cost of a segment X
+against every segment a server holds depends only on the server's **coverage**
+m(y), the number of held segments containing instant y (u = λ·t below, so
+the kernel is exp(-|u - v|))::
+
+    Σ_Y ∫_X ∫_Y e^{-|x-y|} = f(a)·(Lpot(x0) + Rpot(x1)) + Inside(x0, x1)
+
+    Lpot(t)   = ∫_{y<t}  m(y) e^{-(t-y)} dy      the mass to the left, as seen from t
+    Rpot(t)   = ∫_{y>=t} m(y) e^{-(y-t)} dy      the mass to the right, as seen from t
+    Inside    = ∫_X m(y) (f(y - x0) + f(x1 - y)) dy,        f(u) = 1 - e^{-u}
+
+The tree covers a window of ``2^depth`` leaves of ``leaf`` milliseconds. A
+segment adds +1 to the integer count of the O(depth) nodes that tile its
+whole-leaf middle (the usual canonical cover) and a piece to each of the at most
+two leaves it covers only in part. Each node keeps, relative to its own edges
+[L, R), five moments of the coverage below it: Lpot(R), Rpot(L), the mass, and
+∫ m f(y - L) and ∫ m f(R - y). A node is recomputed from its children and its
+count, never updated by a difference.
+
+**Invariants.** Every stored moment is a sum of non-negative terms, each
+formed from millisecond differences inside the window (no exp of a large
+positive number, no subtraction of floats, so removing a segment leaves no
+rounding residue and nothing cancels); counts are exact integers. The parts
+of segments outside the window (Druid's "all time", or a window that could not
+grow) are kept whole in ``outside`` and costed by the scalar closed form.
+Queries and updates visit O(depth) nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from coordinator.balancer.cost import MILLIS_PER_HOUR, interval_joint_cost
+
+# Window placement ignores bounds beyond ±10^13 ms (about the years 1653 and 2286):
+# "all time" segments must not stretch the grid.
+ANCHOR_LIMIT = 10**13
+MAX_DEPTH = 20
+
+
+def _f(u: float) -> float:
+    return -math.expm1(-u)
+
+
+def _s(u: float) -> float:
+    """2 (u - 1 + e^-u) = 2 (u - f(u)), accurate for every u >= 0."""
+    if u < 1e-2:
+        return 2.0 * u * u * (0.5 - u * (1 / 6 - u * (1 / 24 - u * (1 / 120 - u / 720))))
+    return 2.0 * (math.expm1(-u) + u)
+
+
+class CoverageTree:
+    """The coverage of a multiset of intervals, answering Σ joint cost against any interval in O(depth).
+
+    ``total(x0, x1)`` is exactly Σ_Y ∫∫ exp(-λ|x - y|) over [x0, x1) x Y in hours²
+    (to a few ulps per term). ``leaf`` (ms) is the grid: intervals aligned to it
+    (hourly, daily, monthly data on the default one-hour grid) cost no leaf pieces.
+    """
+
+    def __init__(self, lam: float, leaf: int = MILLIS_PER_HOUR) -> None:
+        if leaf <= 0:
+            raise ValueError(f"leaf width must be positive, got {leaf}")
+        self.lam = lam
+        self.k = lam / MILLIS_PER_HOUR
+        self.leaf = leaf
+        self.segments: Counter[tuple[int, int]] = Counter()
+        self.outside: Counter[tuple[int, int]] = Counter()
+        self.origin = 0
+        self.depth = -1  # no window yet
+        self._reset_arrays()
+
+    # -- window ----------------------------------------------------------------
+    @property
+    def window(self) -> tuple[int, int]:
+        if self.depth < 0:
+            return (0, 0)
+        return (self.origin, self.origin + (self.leaf << self.depth))
+
+    def _reset_arrays(self) -> None:
+        size = 2 << max(self.depth, 0)
+        self.n_leaves = size // 2
+        self.cnt = [0] * size
+        self.lp = [0.0] * size  # Lpot at the node's right edge
+        self.rp = [0.0] * size  # Rpot at the node's left edge
+        self.mass = [0.0] * size
+        self.fl = [0.0] * size  # ∫ m f(y - L)
+        self.fr = [0.0] * size  # ∫ m f(R - y)
+        self.pieces: dict[int, Counter[tuple[int, int]]] = {}
+        levels = max(self.depth, 0) + 1
+        self.width_u = [self.k * (self.leaf << lv) for lv in range(levels)]
+        self.base_f = [_f(w) for w in self.width_u]
+        self.base_half_s = [_s(w) / 2 for w in self.width_u]
+        self.child_e = [0.0] + [math.exp(-self.width_u[lv - 1]) for lv in range(1, levels)]
+        self.child_f = [0.0] + [self.base_f[lv - 1] for lv in range(1, levels)]
+
+    def _wanted(self, start: int, end: int) -> tuple[int, int]:
+        lo = min(max(start, -ANCHOR_LIMIT), ANCHOR_LIMIT)
+        hi = min(max(end, -ANCHOR_LIMIT), ANCHOR_LIMIT)
+        return lo, max(hi, lo + 1)
+
+    def _fits(self, start: int, end: int) -> bool:
+        lo, hi = self._wanted(start, end)
+        w0, w1 = self.window
+        return self.depth >= 0 and w0 <= lo and hi <= w1
+
+    def _grow(self, start: int, end: int) -> None:
+        """Widen the window (at least doubling it) to hold [start, end) clamped to the anchor limits."""
+        lo, hi = self._wanted(start, end)
+        if self.depth < 0:
+            new_lo, new_hi = lo, hi
+        else:
+            w0, w1 = self.window
+            new_lo, new_hi = min(lo, w0), max(hi, w1)
+            if lo >= w0:  # grow rightwards from the current origin, at least doubling
+                new_hi = max(new_hi, w0 + 2 * (w1 - w0))
+            else:
+                new_lo = min(new_lo, w1 - 2 * (w1 - w0))
+        origin = (new_lo // self.leaf) * self.leaf
+        leaves = -(-(new_hi - origin) // self.leaf)
+        depth = max(0, (leaves - 1).bit_length())
+        while depth > MAX_DEPTH:  # coarser leaves rather than a huge grid
+            self.leaf *= 2
+            origin = (new_lo // self.leaf) * self.leaf
+            leaves = -(-(new_hi - origin) // self.leaf)
+            depth = max(0, (leaves - 1).bit_length())
+        self.origin, self.depth = origin, depth
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        self._reset_arrays()
+        self.outside.clear()
+        touched: list[int] = []
+        for (start, end), n in self.segments.items():
+            self._place(start, end, n, recompute=False, touched=touched)
+        self._recompute_touched(touched)
+
+    def _recompute_touched(self, touched: list[int]) -> None:
+        """Recompute the touched nodes and their ancestors, children first (a full sweep when that is cheaper)."""
+        if len(touched) * (self.depth + 1) >= len(self.cnt):
+            for p in range(len(self.cnt) - 1, 0, -1):
+                self._recompute(p)
+            return
+        nodes: set[int] = set()
+        for p in touched:
+            while p and p not in nodes:
+                nodes.add(p)
+                p >>= 1
+        for p in sorted(nodes, reverse=True):
+            self._recompute(p)
+
+    # -- updates ---------------------------------------------------------------
+    def add(self, start: int, end: int, count: int = 1) -> None:
+        if end <= start:
+            raise ValueError(f"empty interval [{start}, {end})")
+        self.segments[(start, end)] += count
+        long = min(end, ANCHOR_LIMIT) - max(start, -ANCHOR_LIMIT) > (self.leaf << MAX_DEPTH) // 4
+        if not self._fits(start, end) and not long:
+            self._grow(start, end)  # re-places everything, this segment included
+            return
+        if self.depth < 0:  # only long segments so far: no window to anchor
+            self.outside[(start, end)] += count
+            return
+        self._place(start, end, count, recompute=True)
+
+    def add_many(self, starts: list[int], ends: list[int]) -> None:
+        """Add many intervals at once: one window choice, one recomputation of every node.
+
+        On an empty tree the grid is refined (halving the leaf while it still
+        divides an hour) until unaligned bounds leave about one leaf piece per
+        leaf, so dense unaligned data keeps leaf scans short.
+        """
+        if len(starts) != len(ends):
+            raise ValueError("starts and ends differ in length")
+        if not starts:
+            return
+        for a, b in zip(starts, ends, strict=True):
+            if b <= a:
+                raise ValueError(f"empty interval [{a}, {b})")
+        normal = [(a, b) for a, b in zip(starts, ends, strict=True)
+                  if min(b, ANCHOR_LIMIT) - max(a, -ANCHOR_LIMIT) <= (self.leaf << MAX_DEPTH) // 4]
+        if not self.segments and normal:
+            lo = min(self._wanted(a, b)[0] for a, b in normal)
+            hi = max(self._wanted(a, b)[1] for a, b in normal)
+            while self.leaf % 2 == 0 and MILLIS_PER_HOUR % (self.leaf // 2) == 0:
+                unaligned = sum((a % self.leaf != 0) + (b % self.leaf != 0) for a, b in normal)
+                leaves = -(-(hi - lo) // self.leaf)
+                if unaligned <= leaves or 2 * leaves > (1 << MAX_DEPTH):
+                    break
+                self.leaf //= 2
+        for a, b in zip(starts, ends, strict=True):
+            self.segments[(a, b)] += 1
+        if normal and not all(self._fits(a, b) for a, b in normal):
+            lo = min(self._wanted(a, b)[0] for a, b in normal)
+            hi = max(self._wanted(a, b)[1] for a, b in normal)
+            self._grow(lo, hi)  # re-places everything
+            return
+        if self.depth < 0:
+            for a, b in zip(starts, ends, strict=True):
+                self.outside[(a, b)] += 1
+            return
+        touched: list[int] = []
+        for a, b in zip(starts, ends, strict=True):
+            self._place(a, b, 1, recompute=False, touched=touched)
+        self._recompute_touched(touched)
+
+    def remove(self, start: int, end: int, count: int = 1) -> None:
+        held = self.segments[(start, end)]
+        if held < count:
+            raise KeyError(f"[{start}, {end}) is held {held} times, cannot remove {count}")
+        if held == count:
+            del self.segments[(start, end)]
+        else:
+            self.segments[(start, end)] = held - count
+        if self.depth < 0:
+            self._bump(self.outside, (start, end), -count)
+            return
+        self._place(start, end, -count, recompute=True)
+
+    @staticmethod
+    def _bump(counter: Counter[tuple[int, int]], key: tuple[int, int], delta: int) -> None:
+        value = counter.get(key, 0) + delta
+        if value < 0:
+            raise KeyError(f"{key} is not held")
+        if value:
+            counter[key] = value
+        else:
+            counter.pop(key, None)
+
+    def _place(self, start: int, end: int, count: int, recompute: bool, touched: list[int] | None = None) -> None:
+        """Add ``count`` (negative to remove) copies of [start, end): window part to the tree, rest outside.
+
+        With ``recompute`` the changed nodes and their ancestors are recomputed at
+        once; otherwise the changed nodes are appended to ``touched``.
+        """
+        w0, w1 = self.window
+        if start < w0 or end > w1:
+            self._bump(self.outside, (start, end), count)
+        c0, c1 = max(start, w0), min(end, w1)
+        if c1 <= c0:
+            return
+        leaf = self.leaf
+        b0, b1 = (c0 - w0) // leaf, (c1 - 1 - w0) // leaf
+        first_full, last_full = b0, b1
+        leaves: list[int] = []
+        canonical: list[int] = []
+        if c0 != w0 + b0 * leaf or (b0 == b1 and c1 != w0 + (b1 + 1) * leaf):
+            self._piece(b0, c0, min(c1, w0 + (b0 + 1) * leaf), count)
+            leaves.append(b0)
+            first_full = b0 + 1
+        if b1 >= first_full and c1 != w0 + (b1 + 1) * leaf:
+            self._piece(b1, w0 + b1 * leaf, c1, count)
+            leaves.append(b1)
+            last_full = b1 - 1
+        n = self.n_leaves
+        if first_full <= last_full:
+            lo, hi = first_full + n, last_full + n + 1
+            while lo < hi:
+                if lo & 1:
+                    self.cnt[lo] += count
+                    canonical.append(lo)
+                    lo += 1
+                if hi & 1:
+                    hi -= 1
+                    self.cnt[hi] += count
+                    canonical.append(hi)
+                hi >>= 1
+                lo >>= 1
+            leaves.extend((first_full, last_full))
+        if not recompute:
+            if touched is not None:
+                touched.extend(canonical)
+                touched.extend(b + n for b in leaves)
+            return
+        nodes = set(canonical)
+        for b in leaves:  # the canonical nodes' ancestors lie on these leaves' paths
+            p = b + n
+            while p:
+                nodes.add(p)
+                p >>= 1
+        for p in sorted(nodes, reverse=True):
+            self._recompute(p)
+
+    def _piece(self, leaf_index: int, p: int, q: int, count: int) -> None:
+        bucket = self.pieces.setdefault(leaf_index, Counter())
+        self._bump(bucket, (p, q), count)
+        if not bucket:
+            del self.pieces[leaf_index]
+
+    def _recompute(self, p: int) -> None:
+        level = self.depth - (p.bit_length() - 1)
+        c = self.cnt[p]
+        if level == 0:
+            lp = rp = mass = fl = fr = 0.0
+            bucket = self.pieces.get(p - self.n_leaves)
+            if bucket:
+                k = self.k
+                left = self.origin + (p - self.n_leaves) * self.leaf
+                right = left + self.leaf
+                for (a, b), n in bucket.items():
+                    w, dl, dr = k * (b - a), k * (a - left), k * (right - b)
+                    fw, el, er, hs = _f(w), math.exp(-dl), math.exp(-dr), _s(w) / 2
+                    lp += n * fw * er
+                    rp += n * fw * el
+                    mass += n * w
+                    fl += n * (fw * _f(dl) + hs)
+                    fr += n * (fw * _f(dr) + hs)
+        else:
+            a, b = 2 * p, 2 * p + 1
+            e, fh = self.child_e[level], self.child_f[level]
+            lp = self.lp[a] * e + self.lp[b]
+            rp = self.rp[a] + self.rp[b] * e
+            mass = self.mass[a] + self.mass[b]
+            fl = self.fl[a] + self.mass[b] * fh + e * self.fl[b]
+            fr = self.fr[a] * e + self.mass[a] * fh + self.fr[b]
+        if c:
+            bf, hs = self.base_f[level], self.base_half_s[level]
+            lp += c * bf
+            rp += c * bf
+            mass += c * self.width_u[level]
+            fl += c * hs
+            fr += c * hs
+        self.lp[p], self.rp[p], self.mass[p], self.fl[p], self.fr[p] = lp, rp, mass, fl, fr
+
+    # -- queries ---------------------------------------------------------------
+    def total(self, x0: int, x1: int) -> float:
+        """Σ over held intervals Y of ∫_{x0}^{x1} ∫_Y exp(-λ|x - y|) dy dx, in hours²."""
+        if x1 <= x0:
+            raise ValueError(f"empty interval [{x0}, {x1})")
+        result = 0.0
+        lam = self.lam
+        for (y0, y1), n in self.outside.items():
+            for a, b in self._outside_parts(y0, y1):
+                result += n * interval_joint_cost(x0, x1, a, b, lam)
+        if self.depth < 0:
+            return result
+        w0, w1 = self.window
+        k = self.k
+        u = 0.0
+        if x0 < w0:  # the part of X left of the window sees the whole window to its right
+            end = min(x1, w0)
+            u += _f(k * (end - x0)) * math.exp(-k * (w0 - end)) * self.rp[1]
+        if x1 > w1:
+            begin = max(x0, w1)
+            u += _f(k * (x1 - begin)) * math.exp(-k * (begin - w1)) * self.lp[1]
+        s, t = max(x0, w0), min(x1, w1)
+        if s < t:
+            u += _f(k * (t - s)) * (self._lpot(s) + self._rpot(t)) + self._inside(s, t)
+        return result + u / (lam * lam)
+
+    def _outside_parts(self, y0: int, y1: int) -> list[tuple[int, int]]:
+        if self.depth < 0:
+            return [(y0, y1)]
+        w0, w1 = self.window
+        parts = []
+        if y0 < w0:
+            parts.append((y0, min(y1, w0)))
+        if y1 > w1:
+            parts.append((max(y0, w1), y1))
+        return parts
+
+    def _lpot(self, t: int) -> float:
+        """∫_{w0}^{t} m(y) e^{-k(t - y)} dy for t inside the window."""
+        k, node, left, total = self.k, 1, self.origin, 0.0
+        width = self.leaf << self.depth
+        cnt, lp = self.cnt, self.lp
+        while True:
+            c = cnt[node]
+            if c:
+                total += c * _f(k * (t - left))
+            if node >= self.n_leaves:
+                break
+            width >>= 1
+            mid = left + width
+            if t >= mid:
+                total += lp[2 * node] * math.exp(-k * (t - mid))
+                node, left = 2 * node + 1, mid
+            else:
+                node = 2 * node
+        bucket = self.pieces.get(node - self.n_leaves)
+        if bucket:
+            for (a, b), n in bucket.items():
+                if a < t:
+                    e = min(b, t)
+                    total += n * math.exp(-k * (t - e)) * _f(k * (e - a))
+        return total
+
+    def _rpot(self, t: int) -> float:
+        """∫_{t}^{w1} m(y) e^{-k(y - t)} dy for t inside the window or at its right edge."""
+        k, node, left, total = self.k, 1, self.origin, 0.0
+        width = self.leaf << self.depth
+        if t >= left + width:
+            return 0.0
+        cnt, rp = self.cnt, self.rp
+        while True:
+            c = cnt[node]
+            if c:
+                total += c * _f(k * (left + width - t))
+            if node >= self.n_leaves:
+                break
+            width >>= 1
+            mid = left + width
+            if t < mid:
+                total += rp[2 * node + 1] * math.exp(-k * (mid - t))
+                node = 2 * node
+            else:
+                node, left = 2 * node + 1, mid
+        bucket = self.pieces.get(node - self.n_leaves)
+        if bucket:
+            for (a, b), n in bucket.items():
+                if b > t:
+                    e = max(a, t)
+                    total += n * math.exp(-k * (e - t)) * _f(k * (b - e))
+        return total
+
+    def _full(self, node: int, left: int, right: int, s: int, t: int) -> float:
+        """∫ m (f(y - s) + f(t - y)) over a node [left, right) inside [s, t)."""
+        k = self.k
+        dl, dr = k * (left - s), k * (t - right)
+        return (self.mass[node] * (_f(dl) + _f(dr)) + math.exp(-dl) * self.fl[node]
+                + math.exp(-dr) * self.fr[node])
+
+    def _j(self, p: int, q: int, s: int, t: int) -> float:
+        """∫_p^q (f(y - s) + f(t - y)) dy for s <= p < q <= t."""
+        k = self.k
+        w = k * (q - p)
+        return _s(w) + _f(w) * (_f(k * (p - s)) + _f(k * (t - q)))
+
+    def _leaf_inside(self, node: int, s: int, t: int) -> float:
+        bucket = self.pieces.get(node - self.n_leaves)
+        total = 0.0
+        if bucket:
+            for (a, b), n in bucket.items():
+                p, q = max(a, s), min(b, t)
+                if p < q:
+                    total += n * self._j(p, q, s, t)
+        return total
+
+    def _inside(self, s: int, t: int) -> float:
+        """∫_s^t m(y) (f(y - s) + f(t - y)) dy for a window-contained [s, t)."""
+        cnt, n_leaves = self.cnt, self.n_leaves
+        node, left, width = 1, self.origin, self.leaf << self.depth
+        total = 0.0
+        # the common path: [s, t) inside the node
+        while True:
+            if left == s and left + width == t:
+                return total + self._full(node, left, t, s, t)
+            c = cnt[node]
+            if c:
+                total += c * self._j(s, t, s, t)
+            if node >= n_leaves:
+                return total + self._leaf_inside(node, s, t)
+            width >>= 1
+            mid = left + width
+            if t <= mid:
+                node = 2 * node
+            elif s >= mid:
+                node, left = 2 * node + 1, mid
+            else:
+                break
+        # the left path: nodes [L, R) with R <= t, following s
+        lnode, lleft, lwidth = 2 * node, left, width
+        while True:
+            if lleft == s:
+                total += self._full(lnode, lleft, lleft + lwidth, s, t)
+                break
+            c = cnt[lnode]
+            if c:
+                total += c * self._j(s, lleft + lwidth, s, t)
+            if lnode >= n_leaves:
+                total += self._leaf_inside(lnode, s, t)
+                break
+            lwidth >>= 1
+            mid = lleft + lwidth
+            if s < mid:
+                total += self._full(2 * lnode + 1, mid, mid + lwidth, s, t)
+                lnode = 2 * lnode
+            else:
+                lnode, lleft = 2 * lnode + 1, mid
+        # the right path: nodes [L, R) with L >= s, following t
+        rnode, rleft, rwidth = 2 * node + 1, left + width, width
+        while True:
+            if rleft + rwidth == t:
+                total += self._full(rnode, rleft, t, s, t)
+                break
+            c = cnt[rnode]
+            if c:
+                total += c * self._j(rleft, t, s, t)
+            if rnode >= n_leaves:
+                total += self._leaf_inside(rnode, s, t)
+                break
+            rwidth >>= 1
+            mid = rleft + rwidth
+            if t > mid:
+                total += self._full(2 * rnode, rleft, mid, s, t)
+                rnode, rleft = 2 * rnode + 1, mid
+            else:
+                rnode = 2 * rnode
+        return total

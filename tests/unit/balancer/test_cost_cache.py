@@ -1,0 +1,149 @@
+"""The O(log n) server cost cache against the brute-force sum, under adds, removes and any granularity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator.balancer.cost import CostModel, decay_rate
+from coordinator.balancer.cost_cache import ServerCostCache
+from coordinator.balancer.coverage import CoverageTree
+from coordinator.balancer.server_costs import ServerSegments
+from coordinator.balancer.strategy import Candidate, choose_move, rank
+from events import ETERNITY, Interval, SegmentDescriptor, parse_instant
+
+MS, HOUR, DAY = 1, 3_600_000, 86_400_000
+YEAR = 365 * DAY
+T0 = parse_instant("2026-01-01")
+LENGTHS = [MS, 7, 1000, HOUR, DAY, 30 * DAY, YEAR, 10 * YEAR]
+
+
+def _close(ours: float, ref: float) -> bool:
+    return abs(ours - ref) <= 1e-9 * abs(ref) + 1e-300
+
+
+def _mixed(n: int, seed: int, sources: int = 3) -> list[SegmentDescriptor]:
+    """Hourly/daily/monthly aligned, unaligned 1 ms to 10 years, a few "all time"; 1970 to 2200."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        kind = rng.random()
+        if kind < 0.4:
+            length = int(rng.choice([HOUR, DAY, 30 * DAY]))
+            start = T0 + int(rng.integers(-2000, 2000)) * HOUR
+        elif kind < 0.8:
+            length = int(rng.choice(LENGTHS)) if rng.random() < 0.5 else int(rng.integers(1, 3 * DAY))
+            start = T0 + int(rng.integers(-300 * DAY, 300 * DAY))
+        elif kind < 0.98:
+            length = int(rng.integers(1, 10 * YEAR))
+            start = int(rng.integers(0, parse_instant("2200-01-01") - length))
+        else:
+            start, length = ETERNITY.start, ETERNITY.end - ETERNITY.start
+        out.append(SegmentDescriptor(f"ds{rng.integers(sources)}", Interval(start, start + length), f"v{i}"))
+    return out
+
+
+def test_agrees_with_brute_force_on_mixed_granularities_under_churn() -> None:
+    segments = _mixed(6000, seed=5)
+    cache, brute = ServerCostCache(), ServerSegments()
+    cache.extend(segments[:4000])
+    for s in segments[:4000]:
+        brute.add(s)
+    rng = np.random.default_rng(6)
+    for step in range(400):
+        if step % 2:
+            victim = segments[int(rng.integers(4000))]
+            cache.remove(victim.id)
+            brute.remove(victim.id)
+        else:
+            newcomer = segments[4000 + step]
+            cache.add(newcomer)
+            brute.add(newcomer)
+        probe = segments[int(rng.integers(len(segments)))]
+        ours, ref = cache.cost_of(probe), brute.cost_of(probe)
+        assert _close(ours, ref), (step, probe, ours, ref)
+    assert len(cache) == len(brute) and cache.size_bytes == brute.size_bytes
+
+
+_lengths = st.one_of(st.sampled_from(LENGTHS), st.integers(1, 3 * DAY))
+_segment = st.builds(
+    lambda ds, off, length, v: SegmentDescriptor(f"ds{ds}", Interval(T0 + off, T0 + off + length), f"v{v}"),
+    st.integers(0, 2), st.integers(-200 * DAY, 200 * DAY), _lengths, st.integers(0, 3))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), _segment), min_size=1, max_size=40), _segment)
+def test_any_history_of_adds_and_removes(history: list[tuple[bool, SegmentDescriptor]],
+                                         probe: SegmentDescriptor) -> None:
+    cache, brute = ServerCostCache(), ServerSegments()
+    for remove, s in history:
+        if remove and cache.holds(s.id):
+            cache.remove(s.id)
+            brute.remove(s.id)
+        else:
+            cache.add(s)
+            brute.add(s)
+        assert _close(cache.cost_of(probe), brute.cost_of(probe))
+
+
+def test_removing_everything_leaves_exactly_nothing() -> None:
+    """Nodes are recomputed, never decremented: no rounding residue survives."""
+    segments = _mixed(500, seed=9)
+    cache = ServerCostCache()
+    cache.extend(segments)
+    for s in segments:
+        cache.remove(s.id)
+    probe = SegmentDescriptor("ds0", Interval(T0, T0 + HOUR), "v")
+    assert cache.cost_of(probe) == 0.0 and len(cache) == 0 and cache.size_bytes == 0
+
+
+def test_the_window_grows_both_ways_and_all_time_stays_outside() -> None:
+    lam = decay_rate(24)
+    tree = CoverageTree(lam)
+    tree.add(ETERNITY.start, ETERNITY.end)
+    assert tree.window == (0, 0)  # "all time" anchors no grid
+    held = [(ETERNITY.start, ETERNITY.end)]
+    for start, length in [(T0, HOUR), (T0 + 40 * YEAR, DAY), (parse_instant("1970-01-01"), 7), (T0 - 30 * YEAR, 1)]:
+        tree.add(start, start + length)
+        held.append((start, start + length))
+        cache = ServerSegments(CostModel())
+        for i, (a, b) in enumerate(held):
+            cache.add(SegmentDescriptor("ds", Interval(a, b), f"v{i}"))
+        for a, b in held:
+            probe = SegmentDescriptor("other", Interval(a, b), "probe")
+            assert _close(tree.total(a, b), cache.cost_of(probe))
+    w0, w1 = tree.window
+    assert w0 <= parse_instant("1970-01-01") and w1 >= T0 + 40 * YEAR and tree.depth <= 20
+
+
+def test_errors_name_the_problem() -> None:
+    tree = CoverageTree(decay_rate(24))
+    with pytest.raises(ValueError, match="empty interval"):
+        tree.add(5, 5)
+    with pytest.raises(KeyError, match="cannot remove"):
+        tree.remove(0, 10)
+    with pytest.raises(ValueError, match="leaf width"):
+        CoverageTree(1.0, leaf=0)
+
+
+def test_strategy_decides_the_same_with_the_cache_or_brute_force() -> None:
+    segments = _mixed(300, seed=11)
+    rng = np.random.default_rng(12)
+    owners = rng.integers(0, 5, len(segments))
+    fast = [ServerCostCache() for _ in range(5)]
+    slow = [ServerSegments() for _ in range(5)]
+    for s, k in zip(segments, owners.tolist(), strict=True):
+        fast[k].add(s)
+        slow[k].add(s)
+    for i in range(0, 300, 7):
+        s, holder = segments[i], int(owners[i])
+        views = []
+        for providers in (fast, slow):
+            servers = [Candidate(f"s{k}", 1 << 40, p.size_bytes, p) for k, p in enumerate(providers)]
+            ranked = rank(s, servers)
+            move = choose_move(s, servers[holder], servers, 3)
+            views.append(([r.name for r in ranked], [r.cost for r in ranked], move.name if move else None))
+        assert views[0][0] == views[1][0] and views[0][2] == views[1][2]
+        assert all(_close(a, b) for a, b in zip(views[0][1], views[1][1], strict=True))
