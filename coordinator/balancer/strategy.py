@@ -15,6 +15,9 @@
   with one replica on 5 servers B = 2, the holder is nearly always second
   cheapest, and a new fifth server stays empty; scoring the holder with its
   self-cost instead would churn forever.)
+- **Disk-normalized** (optional, Druid's ``diskNormalized`` strategy): the cost
+  divided by the server's segment count (at least 1), times its used/max disk
+  ratio, so fuller servers look dearer.
 
 >>> num_best_servers(target_replicants=1, servers_in_tier=5)
 2
@@ -49,6 +52,7 @@ class Candidate:
     used_bytes: int
     costs: CostSource
     decommissioning: bool = False
+    segment_count: int = 0
 
     @property
     def free_bytes(self) -> int:
@@ -78,25 +82,36 @@ def eligible(segment: SegmentDescriptor, server: Candidate) -> bool:
     return server.costs.holds(segment.id) or server.free_bytes >= segment.size
 
 
-def rank(segment: SegmentDescriptor, servers: Sequence[Candidate]) -> list[Ranked]:
+def placement_cost(segment: SegmentDescriptor, server: Candidate, disk_normalized: bool = False) -> float:
+    """The cost of ``segment`` on ``server`` (without its own contribution), optionally disk-normalized."""
+    cost = server.costs.cost_of(segment)
+    if not disk_normalized:
+        return cost
+    usage = server.used_bytes / server.max_size_bytes if server.max_size_bytes > 0 else 1.0
+    return cost / max(1, server.segment_count) * usage
+
+
+def rank(segment: SegmentDescriptor, servers: Sequence[Candidate], disk_normalized: bool = False) -> list[Ranked]:
     """Eligible servers by (cost, more free space, name)."""
-    ranked = [Ranked(s.name, s.costs.cost_of(segment), s.free_bytes) for s in servers if eligible(segment, s)]
+    ranked = [Ranked(s.name, placement_cost(segment, s, disk_normalized), s.free_bytes)
+              for s in servers if eligible(segment, s)]
     ranked.sort(key=lambda r: (r.cost, -r.free_bytes, r.name))
     return ranked
 
 
-def best_servers(segment: SegmentDescriptor, servers: Sequence[Candidate], count: int) -> list[Ranked]:
+def best_servers(segment: SegmentDescriptor, servers: Sequence[Candidate], count: int,
+                 disk_normalized: bool = False) -> list[Ranked]:
     """The ``count`` cheapest eligible servers that do not hold the segment yet (where to load a replica)."""
-    return rank(segment, [s for s in servers if not s.costs.holds(segment.id)])[:count]
+    return rank(segment, [s for s in servers if not s.costs.holds(segment.id)], disk_normalized)[:count]
 
 
 def choose_move(segment: SegmentDescriptor, holder: Candidate, servers: Sequence[Candidate],
-                best: int) -> Ranked | None:
+                best: int, disk_normalized: bool = False) -> Ranked | None:
     """Where to move ``segment`` from ``holder``, or None: the cheapest of the top ``best`` destinations,
     if strictly cheaper than staying (both without the segment's own contribution)."""
-    staying = holder.costs.cost_of(segment)
+    staying = placement_cost(segment, holder, disk_normalized)
     others = [s for s in servers if s.name != holder.name and not s.costs.holds(segment.id)]
-    top = rank(segment, others)[:best]
+    top = rank(segment, others, disk_normalized)[:best]
     if top and top[0].cost < staying * (1 - TIE_TOLERANCE):
         return top[0]
     return None

@@ -92,3 +92,19 @@ def test_simulation_is_deterministic() -> None:
         rebalance(c, 20, np.random.default_rng(6))
         runs.append(c.assignment())
     assert runs[0] == runs[1]
+
+
+def test_disk_normalized_ranking_prefers_emptier_disks() -> None:
+    """Same cost per segment: plain cost ties break on free space; normalized cost is lower on the emptier disk."""
+    crowded = ServerSegments()
+    roomy = ServerSegments()
+    for h in (100, 101):
+        crowded.add(seg(h, "a", size=300))
+        roomy.add(seg(h, "b", size=10))
+    servers = [Candidate("crowded", 1000, crowded.size_bytes, crowded, segment_count=2),
+               Candidate("roomy", 1000, roomy.size_bytes, roomy, segment_count=2)]
+    plain = rank(seg(0), servers)
+    normalized = rank(seg(0), servers, disk_normalized=True)
+    assert plain[0].cost == plain[1].cost
+    assert [r.name for r in normalized] == ["roomy", "crowded"]
+    assert normalized[1].cost == pytest.approx(plain[1].cost / 2 * 0.6)
