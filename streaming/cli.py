@@ -192,6 +192,31 @@ def cmd_balance_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- simulate ------------------------------------------------------------------
+def cmd_simulate(args: argparse.Namespace) -> int:
+    import orjson
+
+    from coordinator.planner.simulator import Scenario, ScenarioError, Simulator
+    from streaming.scenario_text import render
+
+    path = Path(args.scenario)
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except OSError as e:
+        raise CliError(f"{path}: {e.strerror or e}") from None
+    except orjson.JSONDecodeError as e:
+        raise CliError(f"{path}: not JSON: {e}") from None
+    try:
+        reports = Simulator(Scenario.parse(doc)).run(compute_cost=not args.no_cost)
+    except ScenarioError as e:
+        raise CliError(f"{path}: {e}") from None
+    if args.json:
+        print(orjson.dumps({"runs": [r.to_json() for r in reports]}).decode())
+    else:
+        print(render(reports))
+    return 0
+
+
 # -- demo ----------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     from streaming.demo import run_demo
@@ -282,6 +307,12 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--out", default="balance-simulation", help="folder for the PNG pictures")
     bs.add_argument("--json", action="store_true")
     bs.set_defaults(func=cmd_balance_simulate)
+
+    sim = sub.add_parser("simulate", help="run a cluster scenario through the rule-driven planner (seed 004)")
+    sim.add_argument("scenario", metavar="SCENARIO.json")
+    sim.add_argument("--json", action="store_true", help='one JSON document: {"runs": [...]}')
+    sim.add_argument("--no-cost", action="store_true", help="skip the total-cost metrics (slow on big clusters)")
+    sim.set_defaults(func=cmd_simulate)
 
     evs = sub.add_parser("events", help="the event contract")
     esub = evs.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -36,11 +36,14 @@ from events.segment import SegmentDescriptor, SegmentId
 
 
 class ServerCostCache:
-    def __init__(self, model: CostModel | None = None, leaf_millis: int = MILLIS_PER_HOUR) -> None:
+    def __init__(self, model: CostModel | None = None, leaf_millis: int = MILLIS_PER_HOUR,
+                 window: tuple[int, int] | None = None) -> None:
+        """``window`` (ms, optional): the span the segments are expected in, so the trees need not grow."""
         self.model = model or CostModel()
         self._lam = self.model.lam
         self._leaf = leaf_millis
-        self._all = CoverageTree(self._lam, leaf_millis)
+        self._window = window
+        self._all = CoverageTree(self._lam, leaf_millis, window)
         self._by_source: dict[str, CoverageTree] = {}
         self._held: dict[SegmentId, SegmentDescriptor] = {}
         self.size_bytes = 0
@@ -57,7 +60,8 @@ class ServerCostCache:
     def _tree(self, data_source: str) -> CoverageTree:
         tree = self._by_source.get(data_source)
         if tree is None:
-            tree = self._by_source[data_source] = CoverageTree(self._lam, self._leaf)
+            tree = self._by_source[data_source] = CoverageTree(self._lam, self._leaf, self._window or (
+                self._all.window if self._all.depth >= 0 else None))
         return tree
 
     def add(self, segment: SegmentDescriptor) -> None:

@@ -60,7 +60,8 @@ class CoverageTree:
     (hourly, daily, monthly data on the default one-hour grid) cost no leaf pieces.
     """
 
-    def __init__(self, lam: float, leaf: int = MILLIS_PER_HOUR) -> None:
+    def __init__(self, lam: float, leaf: int = MILLIS_PER_HOUR, window: tuple[int, int] | None = None) -> None:
+        """``window`` (ms, optional) pre-sizes the grid to a span the data is expected to stay in."""
         if leaf <= 0:
             raise ValueError(f"leaf width must be positive, got {leaf}")
         self.lam = lam
@@ -71,6 +72,8 @@ class CoverageTree:
         self.origin = 0
         self.depth = -1  # no window yet
         self._reset_arrays()
+        if window is not None and window[1] > window[0]:
+            self._grow(*window)
 
     # -- window ----------------------------------------------------------------
     @property
@@ -184,12 +187,17 @@ class CoverageTree:
         if not self.segments and normal:
             lo = min(self._wanted(a, b)[0] for a, b in normal)
             hi = max(self._wanted(a, b)[1] for a, b in normal)
+            before = self.leaf
             while self.leaf % 2 == 0 and MILLIS_PER_HOUR % (self.leaf // 2) == 0:
                 unaligned = sum((a % self.leaf != 0) + (b % self.leaf != 0) for a, b in normal)
                 leaves = -(-(hi - lo) // self.leaf)
                 if unaligned <= leaves or 2 * leaves > (1 << MAX_DEPTH):
                     break
                 self.leaf //= 2
+            if self.leaf != before and self.depth >= 0:  # a pre-sized window: redo it on the finer grid
+                w0, w1 = self.window
+                self.depth = -1
+                self._grow(min(lo, w0), max(hi, w1))
         for a, b in zip(starts, ends, strict=True):
             self.segments[(a, b)] += 1
         if normal and not all(self._fits(a, b) for a, b in normal):

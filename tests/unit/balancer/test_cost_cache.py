@@ -147,3 +147,20 @@ def test_strategy_decides_the_same_with_the_cache_or_brute_force() -> None:
             views.append(([r.name for r in ranked], [r.cost for r in ranked], move.name if move else None))
         assert views[0][0] == views[1][0] and views[0][2] == views[1][2]
         assert all(_close(a, b) for a, b in zip(views[0][1], views[1][1], strict=True))
+
+
+def test_a_pre_sized_window_gives_the_same_answers() -> None:
+    segments = _mixed(800, seed=21)
+    hinted = ServerCostCache(window=(T0 - 400 * DAY, T0 + 400 * DAY))
+    plain, brute = ServerCostCache(), ServerSegments()
+    hinted.extend(segments[:400])
+    plain.extend(segments[:400])
+    for s in segments[:400]:
+        brute.add(s)
+    for s in segments[400:]:
+        hinted.add(s)
+        plain.add(s)
+        brute.add(s)
+    for probe in segments[::37]:
+        ref = brute.cost_of(probe)
+        assert _close(hinted.cost_of(probe), ref) and _close(plain.cost_of(probe), ref)

@@ -1,0 +1,524 @@
+"""One coordinator run (seed 004): load, replicate, broadcast, drain, balance and unload, in priority order.
+
+``plan(view)`` is pure: the same view gives the same plan. Stages (seed 004):
+
+1. one copy of every unreplicated segment, newest first (never throttled: no
+   replication throttle, only the full queue limit);
+2. broadcast segments to every active server;
+3-4. the remaining replicas per tier (``replicationThrottleLimit`` caps replica
+   loads in flight per tier; a load is a *replica* load when the tier served the
+   segment at the start of the run);
+5. segments on decommissioning servers move to active ones;
+6. stages 1-4 again within (loading + decommissioning)% of the queue;
+7. balancing: random segments (a generator seeded by run and tier) move to a
+   strictly cheaper server among the top B (Druid's rule; see
+   :mod:`coordinator.balancer.strategy`), until 80 of the last 100 iterations
+   failed or ``maxSegmentsToMove`` moves were made in the tier;
+8. stages 1-4 again with the full queue; 9. stage 5 within decommissioningMax%;
+10. segments that could not move for queue room; 11. balancing with the full queue;
+12. unloading: cancel excess queued loads before dropping loaded copies, drop
+   decommissioning copies first, never below the replication reachable while
+   replacement copies are only queued; unused segments lose every copy;
+13. broadcast-only decommissioning servers are emptied.
+
+Queue limits: each server's load queue holds at most ``maxSegmentsInNodeLoadingQueue``
+items (0: unlimited); stages marked *relative* count only their own purpose's
+items against their share (loadingMinPercent 70, decommissioningMinPercent 10,
+balancingMinPercent 20 by default). Decommissioning servers receive nothing and
+their queued loads are cancelled; their data stays until a copy elsewhere exists.
+Overshadowed used segments are marked unused only when what overshadows them is
+served (or needs no replicas) and ``millisToWaitBeforeDeleting`` has passed since
+the coordinator started (Druid's rule).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from coordinator.balancer.strategy import TIE_TOLERANCE, num_best_servers
+from coordinator.planner.cluster import ClusterView, Purpose
+from coordinator.planner.projection import Projection
+from coordinator.timeline.timeline import Timeline
+from events.segment import SegmentDescriptor, SegmentId
+
+CommandType = Literal["load", "drop", "move", "cancel"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanCommand:
+    type: CommandType
+    server: str
+    segment: SegmentId
+    tier: str
+    stage: int
+    reason: str
+    replica: bool = False
+    source: str | None = None
+    move_id: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"type": self.type, "server": self.server, "segment": str(self.segment),
+                                  "tier": self.tier, "stage": self.stage, "reason": self.reason,
+                                  "replica": self.replica}
+        if self.type == "move":
+            out.update({"from": self.source, "to": self.server, "moveId": self.move_id})
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    commands: tuple[PlanCommand, ...]
+    mark_unused: tuple[tuple[SegmentId, str], ...]
+    metrics: dict[str, object]
+    unknown_tiers: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class _Target:
+    kind: Literal["load", "broadcast", "drop", "none"]
+    replicants: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.replicants.values())
+
+
+def _newest_first(seg: SegmentDescriptor) -> tuple[int, int, str, int]:
+    return (-seg.interval.end, -seg.interval.start, seg.version, seg.partition_id)
+
+
+class _Run:
+    def __init__(self, view: ClusterView, compute_cost: bool) -> None:
+        self.view = view
+        self.p = Projection(view)
+        used_count = len(view.used)
+        self.limits = view.config.effective(used_count, len(view.servers))
+        shares = view.config.queue_shares()
+        self.shares = {"loading": shares.loading, "decommissioning": shares.decommissioning,
+                       "balancing": shares.balancing}
+        self.decommissioning_max = view.config.decommissioning_max_percent / 100
+        self.log_base = float(view.config.num_best_servers_log_base)
+        self.commands: list[PlanCommand] = []
+        self.unused: list[tuple[SegmentId, str]] = []
+        self.metrics: Counter[str] = Counter()
+        self.moves_made: Counter[str] = Counter()
+        self.replica_in_flight: Counter[str] = Counter()
+        self.cursor: dict[str, int] = {}
+        self.to_be_balanced: dict[str, list[SegmentId]] = {}
+        self.visited: dict[str, set[SegmentId]] = {}
+        self.compute_cost = compute_cost
+        self.targets: dict[SegmentId, _Target] = {}
+        rules = view.rules
+        for sid in sorted(view.used):
+            seg = view.segments[sid]
+            rule = rules.rule_for(seg.data_source, seg.interval, view.now)
+            if rule is None:
+                self.targets[sid] = _Target("none")
+            elif rule.kind == "load":
+                self.targets[sid] = _Target("load", {t: n for t, n in rule.tiered_replicants.items() if n > 0})
+            elif rule.kind == "broadcast":
+                self.targets[sid] = _Target("broadcast")
+            else:
+                self.targets[sid] = _Target("drop")
+        for name, state in view.servers.items():  # replica loads already in flight
+            for item in state.queue:
+                tier = self.p.tier_of[name]
+                if item.action == "load" and item.move_id is None and tier in self.p.started_on.get(item.segment, ()):
+                    self.replica_in_flight[tier] += 1
+
+    # -- limits --------------------------------------------------------------------
+    def queue_cap(self) -> float:
+        q = self.limits.max_segments_in_node_loading_queue
+        return math.inf if q <= 0 else float(q)
+
+    def room(self, name: str, purpose: Purpose, share: float | None, relative: bool) -> bool:
+        """Whether one more load fits the server's queue under a stage's limit."""
+        cap = self.queue_cap()
+        total = self.p.queue_size(name)
+        if total >= cap:
+            return False
+        if share is None:
+            return True
+        if relative:
+            return self.p.queued[name][purpose] < cap * share
+        return total < cap * share
+
+    def can_take(self, name: str, sid: SegmentId) -> bool:
+        return (name not in self.p.decommissioning and not self.p.present(sid, name)
+                and self.p.free_bytes(name) >= self.p.size(sid))
+
+    # -- choosing servers --------------------------------------------------------------
+    def pick(self, sid: SegmentId, tier: str, purpose: Purpose, share: float | None, relative: bool) -> str | None:
+        """A server of the tier for one more copy: round robin (Druid's default) or the cheapest of the top B."""
+        names = [n for n in self.p.tiers.get(tier, []) if self.can_take(n, sid)]
+        if not names:
+            return None
+        if self.limits.use_round_robin:
+            all_names = self.p.tiers[tier]
+            start = self.cursor.get(tier, 0)
+            order = all_names[start:] + all_names[:start]
+            ok = set(names)
+            for n in order:
+                if n in ok and self.room(n, purpose, share, relative):
+                    self.cursor[tier] = (all_names.index(n) + 1) % len(all_names)
+                    return n
+            return None
+        seg = self.p.segment(sid)
+        active = [n for n in self.p.tiers[tier] if n not in self.p.decommissioning]
+        best = num_best_servers(max(1, self.targets.get(sid, _Target("none")).replicants.get(tier, 1)),
+                                len(active), self.log_base)
+        ranked = sorted(names, key=lambda n: (self.p.cache(n).cost_of(seg), -self.p.free_bytes(n), n))[:best]
+        for n in ranked:
+            if self.room(n, purpose, share, relative):
+                return n
+        return None
+
+    def emit(self, command: PlanCommand) -> None:
+        self.commands.append(command)
+
+    def load(self, sid: SegmentId, tier: str, stage: int, reason: str, share: float | None,
+             relative: bool = True, throttle: bool = True) -> bool:
+        replica = tier in self.p.started_on.get(sid, ())
+        if replica and throttle and self.replica_in_flight[tier] >= self.limits.replication_throttle_limit:
+            self.metrics[f"segment/replicationThrottled/count/{tier}"] += 1
+            return False
+        name = self.pick(sid, tier, "loading", share, relative)
+        if name is None:
+            return False
+        self.p.load(name, sid, "loading")
+        if replica:
+            self.replica_in_flight[tier] += 1
+        self.metrics[f"segment/assigned/count/{tier}"] += 1
+        self.emit(PlanCommand("load", name, sid, tier, stage, reason, replica))
+        return True
+
+    # -- stages 1-4: loading -----------------------------------------------------------
+    def load_rule_segments(self) -> list[SegmentId]:
+        chosen = [sid for sid, t in self.targets.items() if t.kind == "load" and t.total > 0]
+        chosen.sort(key=lambda s: _newest_first(self.view.segments[s]))
+        return chosen
+
+    def unreplicated(self, stage: int) -> None:
+        """One copy of every segment served nowhere, primary tier first; never throttled."""
+        for sid in self.load_rule_segments():
+            if self.p.anywhere(sid):
+                continue
+            target = self.targets[sid]
+            tiers = sorted(target.replicants, key=lambda t: (-target.replicants[t], t))
+            for tier in tiers:
+                if self.load(sid, tier, stage, "unavailable: first copy", None, throttle=False):
+                    break
+
+    def broadcast(self, stage: int, share: float | None, relative: bool) -> None:
+        for sid in sorted(s for s, t in self.targets.items() if t.kind == "broadcast"):
+            for name in sorted(self.view.servers):
+                if not self.can_take(name, sid) or not self.room(name, "loading", share, relative):
+                    continue
+                tier = self.p.tier_of[name]
+                self.p.load(name, sid, "loading")
+                self.metrics[f"segment/assigned/count/{tier}"] += 1
+                self.emit(PlanCommand("load", name, sid, tier, stage, "broadcast", False))
+
+    def replicate(self, stage: int, share: float | None, relative: bool) -> None:
+        for sid in self.load_rule_segments():
+            if not self.p.anywhere(sid):
+                continue  # stage 1's business: first copies before any second
+            for tier, want in sorted(self.targets[sid].replicants.items()):
+                need = want - self.p.copies(sid, tier).total
+                while need > 0 and self.load(sid, tier, stage, f"under-replicated in {tier}", share, relative):
+                    need -= 1
+
+    def loading_stages(self, stage: int, share: float | None, relative: bool) -> None:
+        """Stages 1, 2, 3-4 on the first pass; their revisits (6, 8) carry the revisit's number."""
+        first = stage == 1
+        self.unreplicated(stage)
+        self.broadcast(2 if first else stage, share, relative)
+        self.replicate(3 if first else stage, share, relative)
+
+    # -- stages 5, 9: decommissioning ---------------------------------------------------
+    def drain(self, stage: int, share: float | None) -> None:
+        for name in sorted(self.p.decommissioning):
+            tier = self.p.tier_of[name]
+            for sid in sorted(s for s in self.p.loaded[name] if name in self.p.holders.get(s, ())):
+                target = self.targets.get(sid)
+                if target is None or target.kind != "load" or name in self.p.move_sources.get(sid, ()):
+                    continue
+                active = sum(1 for n in self.p.holders.get(sid, ()) if self.p.tier_of[n] == tier
+                             and n not in self.p.decommissioning) + self.p.copies(sid, tier).pending
+                if active >= target.replicants.get(tier, 0):
+                    continue  # enough copies elsewhere: stage 12 drops this one
+                dest = self.pick(sid, tier, "decommissioning", share, True)
+                if dest is None:
+                    self.metrics["segment/decommissioningStuck/count"] += 1
+                    continue
+                self.move(sid, name, dest, tier, stage, "decommissioning", f"draining {name}")
+
+    def move(self, sid: SegmentId, source: str, dest: str, tier: str, stage: int, purpose: Purpose,
+             reason: str) -> None:
+        move_id = f"move-{self.view.run}-{len(self.commands)}"
+        self.p.load(dest, sid, purpose, move_id, source)
+        self.metrics[f"segment/moved/count/{tier}"] += 1
+        self.emit(PlanCommand("move", dest, sid, tier, stage, reason, False, source, move_id))
+
+    # -- stages 7, 10, 11: balancing ------------------------------------------------------
+    def balance_candidates(self, tier: str) -> list[SegmentId]:
+        out = []
+        for sid, target in self.targets.items():
+            if target.kind != "load" or target.replicants.get(tier, 0) <= 0:
+                continue
+            if any(self.p.tier_of[n] == tier and n not in self.p.decommissioning
+                   for n in self.p.holders.get(sid, ())):
+                out.append(sid)
+        out.sort()
+        return out
+
+    def try_move(self, sid: SegmentId, tier: str, stage: int, share: float | None, relative: bool) -> str:
+        """'moved', 'stay' or 'full' (a cheaper server exists but its queue is full)."""
+        seg = self.p.segment(sid)
+        active = [n for n in self.p.tiers[tier] if n not in self.p.decommissioning]
+        best = num_best_servers(self.targets[sid].replicants.get(tier, 1), len(active), self.log_base)
+        holders = sorted(n for n in self.p.holders.get(sid, ()) if self.p.tier_of[n] == tier
+                         and n not in self.p.decommissioning and n not in self.p.move_sources.get(sid, ()))
+        if not holders or self.p.pending.get(sid):
+            return "stay"
+        dests = [n for n in active if self.can_take(n, sid)]
+        if not dests:
+            return "stay"
+        ranked = sorted(dests, key=lambda n: (self.p.cache(n).cost_of(seg), -self.p.free_bytes(n), n))[:best]
+        blocked = False
+        for holder in holders:
+            staying = self.p.cache(holder).cost_of(seg)
+            for n in ranked:
+                if not self.p.cache(n).cost_of(seg) < staying * (1 - TIE_TOLERANCE):
+                    break
+                if self.room(n, "balancing", share, relative):
+                    self.move(sid, holder, n, tier, stage, "balancing", f"cheaper than {holder}")
+                    return "moved"
+                blocked = True
+        return "full" if blocked else "stay"
+
+    def balance(self, stage: int, share: float | None, relative: bool, record: bool) -> None:
+        for tier in sorted(self.p.tiers):
+            cap = self.limits.max_segments_to_move
+            if self.moves_made[tier] >= cap:
+                continue
+            candidates = self.balance_candidates(tier)
+            if not candidates:
+                continue
+            seed = zlib.crc32(f"{self.view.run}/{tier}/{stage}".encode())
+            order = np.random.default_rng(seed).permutation(len(candidates)).tolist()
+            visited = self.visited.setdefault(tier, set())
+            window: deque[bool] = deque(maxlen=100)
+            for i in order:
+                if self.moves_made[tier] >= cap:
+                    break
+                sid = candidates[i]
+                if sid in visited:
+                    window.append(False)
+                else:
+                    visited.add(sid)
+                    outcome = self.try_move(sid, tier, stage, share, relative)
+                    if outcome == "moved":
+                        self.moves_made[tier] += 1
+                    elif outcome == "full" and record:
+                        self.to_be_balanced.setdefault(tier, []).append(sid)
+                    window.append(outcome == "moved")
+                if len(window) == 100 and sum(1 for ok in window if not ok) >= 80:
+                    break
+
+    def balance_blocked(self, stage: int) -> None:
+        for tier in sorted(self.to_be_balanced):
+            for sid in self.to_be_balanced[tier]:
+                if self.moves_made[tier] >= self.limits.max_segments_to_move:
+                    break
+                if self.try_move(sid, tier, stage, None, False) == "moved":
+                    self.moves_made[tier] += 1
+
+    # -- stage 12-13: unloading -----------------------------------------------------------
+    def unload(self, stage: int) -> None:
+        view, p = self.view, self.p
+        for name in sorted(p.decommissioning):  # decommissioning servers get nothing new
+            for sid in sorted(p.loading[name]):
+                if p.loading[name][sid].purpose != "decommissioning":
+                    self.cancel(name, sid, stage, f"{name} is decommissioning")
+        known = set(view.segments)
+        everywhere: set[SegmentId] = set(p.holders) | set(p.pending) | {
+            s for n in view.servers for s in p.loading[n]}
+        for sid in sorted(everywhere):
+            target = self.targets.get(sid)
+            if sid not in view.used or target is None or target.kind == "drop":
+                reason = "unused" if sid not in view.used or target is None else "drop rule"
+                for name in sorted(n for n in view.servers if sid in p.loading[n]):
+                    self.cancel(name, sid, stage, reason)
+                for name in sorted(p.holders.get(sid, set())):
+                    self.drop(name, sid, stage, reason)
+                continue
+            if sid not in known or target.kind != "load":
+                continue
+            if any(p.copies(sid, t).total > target.replicants.get(t, 0) for t in p.tiers_with_copies(sid)):
+                self.trim(sid, target.replicants, stage)
+
+    def trim(self, sid: SegmentId, replicants: dict[str, int], stage: int) -> None:
+        p = self.p
+        tiers = p.tiers_with_copies(sid)
+        reachable = {t: min(n, p.active.get(t, 0)) for t, n in replicants.items()}
+        for tier in sorted(tiers):
+            want = replicants.get(tier, 0)
+            for name in sorted(n for n in p.pending.get(sid, set()) if p.tier_of[n] == tier):
+                if p.copies(sid, tier).total <= want:
+                    break
+                self.cancel(name, sid, stage, f"over-replicated in {tier}")  # queued loads go first
+            holders = sorted((n for n in p.holders.get(sid, set()) if p.tier_of[n] == tier
+                              and n not in p.move_sources.get(sid, ())),
+                             key=lambda n: (n not in p.decommissioning, p.free_bytes(n), n))
+            for name in holders:
+                if p.copies(sid, tier).loaded <= want:
+                    break
+                if not self.safe_to_drop(sid, tier, reachable):
+                    break
+                self.drop(name, sid, stage, f"over-replicated in {tier}")
+
+    def safe_to_drop(self, sid: SegmentId, tier: str, reachable: dict[str, int]) -> bool:
+        """Dropping one copy from ``tier`` keeps what the rules can reach with loaded copies."""
+        p = self.p
+        loaded = p.loaded_in.get(sid, Counter())
+        if all(loaded[t] >= n for t, n in reachable.items()):
+            return True
+        return sum(loaded.values()) - 1 >= sum(reachable.values())
+
+    def broadcast_only_decommissioning(self, stage: int) -> None:
+        for name in sorted(self.p.decommissioning):
+            held = [s for s in self.p.loaded[name] if name in self.p.holders.get(s, ())]
+            if held and all(self.targets.get(s, _Target("none")).kind == "broadcast" for s in held):
+                for sid in sorted(held):
+                    self.drop(name, sid, stage, f"{name} is decommissioning")
+
+    def cancel(self, name: str, sid: SegmentId, stage: int, reason: str) -> None:
+        item = self.p.cancel(name, sid)
+        self.metrics[f"segment/cancelled/count/{self.p.tier_of[name]}"] += 1
+        self.emit(PlanCommand("cancel", name, sid, self.p.tier_of[name], stage, reason, False, item.source,
+                              item.move_id))
+
+    def drop(self, name: str, sid: SegmentId, stage: int, reason: str) -> None:
+        self.p.drop(name, sid)
+        self.metrics[f"segment/dropped/count/{self.p.tier_of[name]}"] += 1
+        self.emit(PlanCommand("drop", name, sid, self.p.tier_of[name], stage, reason))
+
+    # -- overshadowed ---------------------------------------------------------------------
+    def mark_overshadowed(self) -> None:
+        view = self.view
+        if view.now < view.coordinator_start + view.config.millis_to_wait_before_deleting:
+            return
+        by_source: dict[str, list[SegmentDescriptor]] = {}
+        for sid in view.used:
+            by_source.setdefault(sid.data_source, []).append(view.segments[sid])
+        for source, segments in sorted(by_source.items()):
+            if not _versions_overlap(segments):
+                continue  # nothing can be overshadowed
+            online: dict[SegmentId, tuple[SegmentDescriptor, Iterable[str]]] = {}
+            for seg in segments:
+                sid = seg.id
+                servers = [n for n in self.p.holders.get(sid, ()) if n in view.servers]
+                target = self.targets.get(sid)
+                if not servers and target is not None and target.kind == "load" and target.total == 0:
+                    servers = ["(needs no replicas)"]
+                if servers:
+                    online[sid] = (seg, servers)
+            timeline = Timeline.build(source, segments, online)
+            for sid in timeline.overshadowed_used():
+                self.unused.append((sid, "overshadowed by served segments"))
+
+    # -- the run ----------------------------------------------------------------------------
+    def metrics_at_start(self) -> None:
+        for sid, target in self.targets.items():
+            if target.kind != "load" or target.total == 0:
+                continue
+            if not self.p.holders.get(sid):
+                self.metrics["segment/unavailable/count"] += 1
+            for tier, want in target.replicants.items():
+                if 0 < self.p.copies(sid, tier).loaded < want:
+                    self.metrics[f"segment/underReplicated/count/{tier}"] += 1
+
+    def total_cost(self) -> float:
+        total = 0.0
+        for tier, names in self.p.tiers.items():
+            del tier
+            for n in names:
+                cache = self.p.cache(n)
+                for sid in cache.segment_ids():
+                    total += cache.cost_of(self.p.segment(sid))
+        return total / 2
+
+    def run(self) -> Plan:
+        view = self.view
+        unknown = tuple(view.rules.unknown_tiers(set(self.p.tiers)))
+        if view.config.pause_coordination:
+            return Plan((), (), {"coordination/paused": 1}, unknown)
+        self.metrics_at_start()
+        cost_before = self.total_cost() if self.compute_cost else None
+        loading = self.shares["loading"]
+        self.loading_stages(1, loading, True)                                       # 1-4
+        self.drain(5, self.shares["decommissioning"])                              # 5
+        self.loading_stages(6, loading + self.shares["decommissioning"], False)    # 6
+        self.balance(7, self.shares["balancing"], True, record=True)               # 7
+        self.loading_stages(8, None, False)                                        # 8
+        self.drain(9, self.decommissioning_max)                                     # 9
+        self.balance_blocked(10)                                                    # 10
+        self.balance(11, None, False, record=False)                                 # 11
+        self.unload(12)                                                             # 12
+        self.broadcast_only_decommissioning(13)                                     # 13
+        self.mark_overshadowed()
+        self.unused.extend((sid, "drop rule") for sid, t in self.targets.items() if t.kind == "drop")
+        metrics: dict[str, object] = {}
+        for key, value in sorted(self.metrics.items()):
+            _put(metrics, key, value)
+        for name in sorted(view.servers):
+            _put(metrics, f"segment/loadQueue/count/{name}", self.p.queue_size(name))
+            _put(metrics, f"segment/dropQueue/count/{name}", len(self.p.dropping[name]))
+        metrics["segment/markedUnused/count"] = len(self.unused)
+        if cost_before is not None:
+            metrics["balancer/cost/before"] = cost_before
+            metrics["balancer/cost/after"] = self.total_cost()
+        metrics["decisions"] = len(self.commands) + len(self.unused)
+        return Plan(tuple(self.commands), tuple(self.unused), metrics, unknown)
+
+
+def _versions_overlap(segments: list[SegmentDescriptor]) -> bool:
+    """Whether two segments of different versions share an instant (a sweep in start order)."""
+    ordered = sorted(segments, key=lambda s: (s.interval.start, s.interval.end))
+    reach, versions = -(1 << 62), set[str]()
+    for seg in ordered:
+        if seg.interval.start >= reach:
+            versions = set()
+        versions.add(seg.version)
+        if len(versions) > 1:
+            return True
+        reach = max(reach, seg.interval.end)
+    return False
+
+
+def _put(metrics: dict[str, object], key: str, value: int) -> None:
+    """'segment/assigned/count/hot' -> metrics['segment/assigned/count'] = {'hot': n, ...}; plain keys stay flat."""
+    parts = key.split("/")
+    if len(parts) == 4:
+        name = "/".join(parts[:3])
+        bucket = metrics.setdefault(name, {})
+        assert isinstance(bucket, dict)
+        bucket[parts[3]] = value
+    else:
+        metrics[key] = value
+
+
+def plan(view: ClusterView, compute_cost: bool = True) -> Plan:
+    """One coordinator run over a snapshot of the cluster."""
+    return _Run(view, compute_cost).run()
+
+
+Planner = Callable[[ClusterView], Plan]

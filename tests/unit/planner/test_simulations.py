@@ -1,0 +1,234 @@
+"""The planner in simulated clusters: assertions on metrics and placement after each run, no mocks."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from coordinator.planner.simulator import RunReport, Scenario, ScenarioError, Simulator
+
+NOW = "2026-06-01T00:00:00Z"
+GB = 1 << 30
+
+
+def servers(n: int, tier: str = "_default_tier", prefix: str = "h", size: int = 100 * GB) -> list[dict[str, Any]]:
+    return [{"name": f"{prefix}{i}", "tier": tier, "maxSizeBytes": size} for i in range(n)]
+
+
+def hourly(source: str, count: int, start: str = "2026-05-01", size: int = 1000) -> dict[str, Any]:
+    return {"dataSource": source, "start": start, "count": count, "granularity": "PT1H", "sizeBytes": size}
+
+
+def run(doc: dict[str, Any]) -> list[RunReport]:
+    return Simulator(Scenario.parse(doc)).run()
+
+
+def loaded_counts(report: RunReport) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for _name, (_srv, loaded, _queue) in report.servers.items():
+        for sid in loaded:
+            counts[str(sid)] += 1
+    return counts
+
+
+def test_a_dead_server_first_copies_before_second_copies() -> None:
+    base = run({"now": NOW, "servers": servers(4), "segments": [hourly("wiki", 60)],
+                "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 2}}]},
+                "runs": 2})
+    assert all(n == 2 for n in loaded_counts(base[-1]).values()) and len(loaded_counts(base[-1])) == 60
+    placement = {name: [str(s) for s in loaded] for name, (_s, loaded, _q) in base[-1].servers.items()}
+    reports = run({"now": NOW, "servers": servers(4), "segments": [hourly("wiki", 60)], "initialPlacement": placement,
+                   "rules": {"_default": [{"type": "loadForever"}]},
+                   "events": [{"beforeRun": 1, "type": "remove_server", "name": "h0"}],
+                   "dynamicConfig": {"smartSegmentLoading": False, "replicationThrottleLimit": 1000,
+                                     "maxSegmentsInNodeLoadingQueue": 1000}, "runs": 2})
+    first = reports[0].plan
+    lost = {c.segment for c in first.commands if c.type == "load"}
+    orphans = {s for s, n in loaded_counts(base[-1]).items() if n == 2} - set()
+    del orphans
+    loads = [c for c in first.commands if c.type == "load"]
+    assert loads, "the dead server's segments are reloaded"
+    # every segment that lost a copy gets exactly one new copy; none of them is assigned twice
+    assert len(lost) == len(loads)
+    assert all(n == 2 for n in loaded_counts(reports[0]).values())
+
+
+def test_every_unavailable_segment_gets_a_copy_before_any_gets_its_second() -> None:
+    reports = run({"now": NOW, "servers": servers(3), "segments": [hourly("wiki", 40)],
+                   "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 2}}]},
+                   "dynamicConfig": {"smartSegmentLoading": False, "maxSegmentsInNodeLoadingQueue": 20,
+                                     "replicationThrottleLimit": 1000}, "runs": 3})
+    first = reports[0]
+    loads = [c for c in first.plan.commands if c.type == "load"]
+    firsts = [c for c in loads if c.stage == 1]
+    assert len({c.segment for c in firsts}) == len(firsts) == 40  # stage 1: one copy each
+    assert not any(c.replica for c in loads)  # no tier served them at the start of the run: not replica loads
+    seen: set[str] = set()
+    for c in loads:  # a second copy of any segment only after every segment has its first
+        if str(c.segment) in seen:
+            assert len(seen) == 40
+        seen.add(str(c.segment))
+    assert all(len(q) <= 20 for _s, _l, q in ((x[0], x[1], x[2]) for x in first.servers.values()))
+    assert all(n == 2 for n in loaded_counts(reports[-1]).values())
+
+
+def test_decommissioning_drains_without_losing_replicas() -> None:
+    doc = {"now": NOW, "servers": servers(4), "segments": [hourly("wiki", 30)],
+           "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 2}}]}, "runs": 2}
+    settled = run(doc)[-1]
+    placement = {name: [str(s) for s in loaded] for name, (_s, loaded, _q) in settled.servers.items()}
+    reports = run({**doc, "initialPlacement": placement, "runs": 4,
+                   "events": [{"beforeRun": 1, "type": "decommission", "name": "h1"}]})
+    for r in reports:
+        assert all(n >= 2 for n in loaded_counts(r).values())  # never below target while draining
+        assert not any(c.type == "load" and c.server == "h1" for c in r.plan.commands)
+    assert reports[-1].servers["h1"][1] == ()
+
+
+def test_a_new_empty_server_fills_until_balanced() -> None:
+    doc = {"now": NOW, "servers": servers(4), "segments": [hourly(f"ds{d}", 48) for d in range(3)],
+           "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 1}}]}, "runs": 1}
+    settled = run(doc)[-1]
+    placement = {name: [str(s) for s in loaded] for name, (_s, loaded, _q) in settled.servers.items()}
+    reports = run({**doc, "initialPlacement": placement, "runs": 12,
+                   "events": [{"beforeRun": 1, "type": "add_server",
+                               "server": {"name": "h9", "tier": "_default_tier", "maxSizeBytes": 100 * GB}}]})
+    counts = {n: len(loaded) for n, (_s, loaded, _q) in reports[-1].servers.items()}
+    mean = sum(counts.values()) / len(counts)
+    assert all(abs(c - mean) <= 0.1 * mean for c in counts.values()), counts
+    assert all(n == 1 for n in loaded_counts(reports[-1]).values())
+
+
+def test_ten_and_zero_become_five_and_five_in_one_run() -> None:
+    """The projection is updated after every decision: one run never overshoots."""
+    seg_ids = [f"wiki_2026-05-01T{h:02d}:00:00.000Z_2026-05-01T{h + 1:02d}:00:00.000Z_v1" for h in range(10)]
+    reports = run({"now": NOW, "servers": servers(2), "segments": [hourly("wiki", 10)],
+                   "initialPlacement": {"h0": seg_ids},
+                   "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 1}}]},
+                   "dynamicConfig": {"smartSegmentLoading": False, "maxSegmentsToMove": 100,
+                                     "maxSegmentsInNodeLoadingQueue": 100}, "runs": 1})
+    counts = sorted(len(loaded) for _s, loaded, _q in reports[0].servers.values())
+    assert counts == [5, 5]
+
+
+def test_hot_and_cold_tiers_by_period_rules_as_segments_age() -> None:
+    rules = {"_default": [{"type": "loadByPeriod", "period": "P7D", "tieredReplicants": {"hot": 1}},
+                          {"type": "loadForever", "tieredReplicants": {"cold": 1}}]}
+    doc = {"now": "2026-05-05T00:00:00Z", "servers": servers(2, "hot", "hot") + servers(2, "cold", "cold"),
+           "segments": [{"dataSource": "wiki", "start": "2026-05-01", "count": 4, "granularity": "P1D",
+                         "sizeBytes": 10}],
+           "rules": rules, "runs": 3,
+           "events": [{"beforeRun": 2, "type": "set_now", "now": "2026-05-20T00:00:00Z"}]}
+    reports = run(doc)
+    tiers = {r.run: {n: s.tier for n, (s, loaded, _q) in r.servers.items() for _ in loaded} for r in reports}
+    first = reports[0]
+    assert {first.servers[n][0].tier for n in first.servers if first.servers[n][1]} == {"hot"}
+    last = reports[-1]
+    assert {last.servers[n][0].tier for n in last.servers if last.servers[n][1]} == {"cold"}
+    assert all(n == 1 for n in loaded_counts(last).values()) and len(loaded_counts(last)) == 4
+    del tiers
+
+
+def test_a_tier_shift_never_drops_before_the_new_copies_load() -> None:
+    rules = {"_default": [{"type": "loadForever", "tieredReplicants": {"cold": 1}}]}
+    ids = [f"wiki_2026-05-01T{h:02d}:00:00.000Z_2026-05-01T{h + 1:02d}:00:00.000Z_v1" for h in range(5)]
+    reports = run({"now": NOW, "servers": servers(1, "hot", "hot") + servers(1, "cold", "cold"),
+                   "segments": [hourly("wiki", 5)], "initialPlacement": {"hot0": ids}, "rules": rules,
+                   "loadCompletion": "manual", "runs": 2,
+                   "events": [{"beforeRun": 2, "type": "complete_queues"}]})
+    first = reports[0].plan
+    assert not any(c.type == "drop" for c in first.commands)  # the cold copies are only queued
+    assert sum(1 for c in first.commands if c.type == "load" and c.tier == "cold") == 5
+    second = reports[1].plan
+    assert sum(1 for c in second.commands if c.type == "drop" and c.server == "hot0") == 5
+
+
+def test_broadcast_reaches_every_server() -> None:
+    reports = run({"now": NOW, "servers": servers(3, "hot", "a") + servers(2, "cold", "b"),
+                   "segments": [hourly("lookup", 2), hourly("wiki", 3)],
+                   "rules": {"lookup": [{"type": "broadcastForever"}],
+                             "_default": [{"type": "loadForever", "tieredReplicants": {"hot": 1}}]}, "runs": 1})
+    for name, (_s, loaded, _q) in reports[0].servers.items():
+        assert sum(1 for s in loaded if s.data_source == "lookup") == 2, name
+
+
+def test_queue_and_move_limits_hold_in_every_run() -> None:
+    reports = run({"now": NOW, "servers": servers(5), "segments": [hourly(f"ds{d}", 60) for d in range(2)],
+                   "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 2}}]},
+                   "dynamicConfig": {"smartSegmentLoading": False, "maxSegmentsInNodeLoadingQueue": 15,
+                                     "maxSegmentsToMove": 3, "replicationThrottleLimit": 10},
+                   "loadCompletion": "between_runs", "runs": 25,
+                   "events": [{"beforeRun": 12, "type": "add_server",
+                               "server": {"name": "new", "tier": "_default_tier", "maxSizeBytes": 100 * GB}}]})
+    for r in reports:
+        per_server = Counter(c.server for c in r.plan.commands if c.type in ("load", "move"))
+        assert max(per_server.values(), default=0) <= 15
+        assert sum(1 for c in r.plan.commands if c.type == "move" and c.stage in (7, 10, 11)) <= 3
+        assert sum(1 for c in r.plan.commands if c.type == "load" and c.replica) <= 10
+    assert all(n == 2 for n in loaded_counts(reports[-1]).values())
+    assert len(reports[-1].servers["new"][1]) > 0
+
+
+def test_drop_rules_and_overshadowed_segments_are_unloaded() -> None:
+    reports = run({"now": NOW, "servers": servers(2),
+                   "segments": [hourly("wiki", 4), {"dataSource": "old", "start": "2020-01-01", "count": 2,
+                                                     "granularity": "P1D", "sizeBytes": 5}],
+                   "rules": {"old": [{"type": "dropForever"}],
+                             "_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 1}}]},
+                   "dynamicConfig": {"millisToWaitBeforeDeleting": 0}, "runs": 4,
+                   "events": [{"beforeRun": 2, "type": "publish", "segments": [
+                       {"dataSource": "wiki", "start": "2026-05-01", "count": 1, "granularity": "PT4H",
+                        "version": "v2", "sizeBytes": 4000}]}]})
+    assert not any(s.data_source == "old" for r in reports for _n, (_s, loaded, _q) in r.servers.items()
+                   for s in loaded)
+    assert {s.data_source for s, _reason in reports[0].plan.mark_unused} == {"old"}  # drop rules mark unused
+    last = reports[-1]
+    v1 = [s for s, used in last.used.items() if s.data_source == "wiki" and s.version == "v1"]
+    assert v1 and not any(last.used[s] for s in v1)  # overshadowed by the served v2, then unused
+    held = {s for _n, (_s, loaded, _q) in last.servers.items() for s in loaded}
+    assert not any(s in held for s in v1)
+    # not before v2 is served: in run 2 v2 was only queued, so v1 stayed used
+    assert not any(sid.version == "v1" for sid, _ in reports[1].plan.mark_unused)
+
+
+def test_a_paused_coordinator_issues_nothing() -> None:
+    reports = run({"now": NOW, "servers": servers(2), "segments": [hourly("wiki", 5)],
+                   "dynamicConfig": {"pauseCoordination": True}, "runs": 2})
+    assert all(not r.plan.commands and not r.plan.mark_unused for r in reports)
+
+
+def test_a_failed_move_leaves_the_source_copy() -> None:
+    ids = [f"wiki_2026-05-01T{h:02d}:00:00.000Z_2026-05-01T{h + 1:02d}:00:00.000Z_v1" for h in range(10)]
+    reports = run({"now": NOW, "servers": servers(2), "segments": [hourly("wiki", 10)],
+                   "initialPlacement": {"h0": ids}, "failureRate": 1.0,
+                   "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 1}}]},
+                   "runs": 2})
+    assert any(c.type == "move" for c in reports[0].plan.commands)
+    assert len(reports[0].servers["h0"][1]) == 10 and len(reports[0].servers["h1"][1]) == 0
+
+
+def test_same_scenario_same_output() -> None:
+    doc = {"now": NOW, "servers": servers(6), "segments": [hourly(f"ds{d}", 30) for d in range(3)],
+           "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 2}}]},
+           "failureRate": 0.2, "seed": 3, "runs": 4}
+    a = [r.to_json() for r in run(doc)]
+    b = [r.to_json() for r in run(doc)]
+    assert a == b
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ({"servers": []}, "scenario.now: required"),
+    ({"now": NOW, "servers": [{"name": "a"}]}, r"servers\[0\].maxSizeBytes: required"),
+    ({"now": NOW, "servers": [], "segments": [{"dataSource": "x", "start": "2026-01-01", "count": 2,
+                                              "granularity": "P1Q"}]}, r"segments\[0\].granularity"),
+    ({"now": NOW, "servers": [], "events": [{"beforeRun": 1, "type": "explode"}]}, r"events\[0\].type: unknown"),
+    ({"now": NOW, "servers": [], "rules": {"_default": [{"type": "loadSometimes"}]}}, "rules"),
+    ({"now": NOW, "servers": [], "dynamicConfig": {"maxSegmentsToMove": -1}}, "maxSegmentsToMove"),
+    ({"now": NOW, "servers": [], "initialPlacement": {"ghost": []}}, "initialPlacement.ghost: no such server"),
+    ({"now": NOW, "servers": [], "bogus": 1}, "scenario.bogus: unknown field"),
+])
+def test_bad_scenarios_name_the_field(doc: dict[str, Any], message: str) -> None:
+    with pytest.raises(ScenarioError, match=message):
+        Scenario.parse(doc)
