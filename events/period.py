@@ -96,8 +96,11 @@ class Period:
     def add_to(self, instant: int, times: int = 1) -> int:
         """``instant`` plus this period ``times`` times (negative ``times`` subtracts), UTC calendar."""
         year, month, day, hour, minute, second, millis = fields_from_instant(instant)
-        total_months = year * 12 + (month - 1) + times * (self.years * 12 + self.months)
-        year, month0 = divmod(total_months, 12)
+        # Joda's order: years, then months, clamping the day of month after each
+        # (2024-02-29 minus P1Y1M is 2023-01-28, not 2023-01-29).
+        year += times * self.years
+        day = min(day, days_in_month(year, month))
+        year, month0 = divmod(year * 12 + (month - 1) + times * self.months, 12)
         month = month0 + 1
         day = min(day, days_in_month(year, month))
         base = instant_from_fields(year, month, day, hour, minute, second, millis)

@@ -96,3 +96,13 @@ def test_interval_shorthands_and_relations() -> None:
 def test_bad_intervals_name_the_text(bad: str) -> None:
     with pytest.raises(IntervalError):
         Interval.parse(bad)
+
+
+def test_periods_add_years_then_months_like_joda() -> None:
+    from events.instant import format_instant, parse_instant
+    from events.period import Period
+
+    leap = parse_instant("2024-02-29")
+    assert format_instant(Period.parse("P1Y1M").subtract_from(leap)) == "2023-01-28T00:00:00.000Z"
+    assert format_instant(Period.parse("P1Y").add_to(leap)) == "2025-02-28T00:00:00.000Z"
+    assert format_instant(Period.parse("P1M").add_to(parse_instant("2026-01-31"))) == "2026-02-28T00:00:00.000Z"
