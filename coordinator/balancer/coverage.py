@@ -33,6 +33,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import numpy as np
+
 from coordinator.balancer.cost import MILLIS_PER_HOUR, interval_joint_cost
 
 # Window placement ignores bounds beyond ±10^13 ms (about the years 1653 and 2286):
@@ -142,9 +144,8 @@ class CoverageTree:
 
     def _recompute_touched(self, touched: list[int]) -> None:
         """Recompute the touched nodes and their ancestors, children first (a full sweep when that is cheaper)."""
-        if len(touched) * (self.depth + 1) >= len(self.cnt):
-            for p in range(len(self.cnt) - 1, 0, -1):
-                self._recompute(p)
+        if len(touched) * 64 >= len(self.cnt):
+            self._recompute_all()
             return
         nodes: set[int] = set()
         for p in touched:
@@ -171,38 +172,47 @@ class CoverageTree:
     def add_many(self, starts: list[int], ends: list[int]) -> None:
         """Add many intervals at once: one window choice, one recomputation of every node.
 
-        On an empty tree the grid is refined (halving the leaf while it still
-        divides an hour) until unaligned bounds leave about one leaf piece per
-        leaf, so dense unaligned data keeps leaf scans short.
+        On an empty tree the grid adapts to the data: refined (halving the leaf
+        while it still divides an hour) until unaligned bounds leave about one
+        leaf piece per leaf, so dense unaligned data keeps leaf scans short; or
+        coarsened (doubling, up to 1024 hours) while there are more than 8
+        leaves per interval, so sparse trees stay small.
         """
         if len(starts) != len(ends):
             raise ValueError("starts and ends differ in length")
         if not starts:
             return
-        for a, b in zip(starts, ends, strict=True):
-            if b <= a:
-                raise ValueError(f"empty interval [{a}, {b})")
-        normal = [(a, b) for a, b in zip(starts, ends, strict=True)
-                  if min(b, ANCHOR_LIMIT) - max(a, -ANCHOR_LIMIT) <= (self.leaf << MAX_DEPTH) // 4]
-        if not self.segments and normal:
-            lo = min(self._wanted(a, b)[0] for a, b in normal)
-            hi = max(self._wanted(a, b)[1] for a, b in normal)
-            before = self.leaf
-            while self.leaf % 2 == 0 and MILLIS_PER_HOUR % (self.leaf // 2) == 0:
-                unaligned = sum((a % self.leaf != 0) + (b % self.leaf != 0) for a, b in normal)
+        a_arr, b_arr = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+        bad = np.flatnonzero(b_arr <= a_arr)
+        if len(bad):
+            raise ValueError(f"empty interval [{starts[bad[0]]}, {ends[bad[0]]})")
+        lo_arr = np.clip(a_arr, -ANCHOR_LIMIT, ANCHOR_LIMIT)
+        hi_arr = np.maximum(np.clip(b_arr, -ANCHOR_LIMIT, ANCHOR_LIMIT), lo_arr + 1)  # as _wanted
+        normal = (hi_arr - lo_arr) <= (self.leaf << MAX_DEPTH) // 4
+        has_normal = bool(normal.any())
+        lo = int(lo_arr[normal].min()) if has_normal else 0
+        hi = int(hi_arr[normal].max()) if has_normal else 0
+        if not self.segments and has_normal:
+            grid = self.leaf
+            na, nb = a_arr[normal], b_arr[normal]
+            while self.leaf % 2 == 0 and MILLIS_PER_HOUR % (self.leaf // 2) == 0:  # dense unaligned: finer
+                unaligned = int(np.count_nonzero(na % self.leaf) + np.count_nonzero(nb % self.leaf))
                 leaves = -(-(hi - lo) // self.leaf)
                 if unaligned <= leaves or 2 * leaves > (1 << MAX_DEPTH):
                     break
                 self.leaf //= 2
-            if self.leaf != before and self.depth >= 0:  # a pre-sized window: redo it on the finer grid
+            if self.leaf == grid:  # sparse: coarser, up to 1024 hours a leaf
+                span = max(hi - lo, self.window[1] - self.window[0])
+                while -(-span // self.leaf) > 8 * len(na) and self.leaf < (MILLIS_PER_HOUR << 10):
+                    self.leaf *= 2
+            if self.leaf != grid and self.depth >= 0:  # a pre-sized window: redo it on the new grid
                 w0, w1 = self.window
                 self.depth = -1
                 self._grow(min(lo, w0), max(hi, w1))
         for a, b in zip(starts, ends, strict=True):
             self.segments[(a, b)] += 1
-        if normal and not all(self._fits(a, b) for a, b in normal):
-            lo = min(self._wanted(a, b)[0] for a, b in normal)
-            hi = max(self._wanted(a, b)[1] for a, b in normal)
+        w0, w1 = self.window
+        if has_normal and (self.depth < 0 or lo < w0 or hi > w1):
             self._grow(lo, hi)  # re-places everything
             return
         if self.depth < 0:
@@ -296,6 +306,37 @@ class CoverageTree:
         self._bump(bucket, (p, q), count)
         if not bucket:
             del self.pieces[leaf_index]
+
+    def _recompute_all(self) -> None:
+        """Every node from its children and count: the leaves in Python (their pieces), each level above in numpy.
+
+        The same formulas as :meth:`_recompute`, evaluated a level at a time.
+        """
+        n = self.n_leaves
+        size = 2 * n
+        cnt = np.asarray(self.cnt, dtype=np.float64)
+        leaf_c = cnt[n:]
+        lp, rp, mass, fl, fr = (np.zeros(size) for _ in range(5))
+        lp[n:] = rp[n:] = leaf_c * self.base_f[0]
+        mass[n:] = leaf_c * self.width_u[0]
+        fl[n:] = fr[n:] = leaf_c * self.base_half_s[0]
+        for index in self.pieces:  # leaves with pieces: their exact sums, from Python
+            p = index + n
+            self._recompute(p)
+            lp[p], rp[p], mass[p], fl[p], fr[p] = self.lp[p], self.rp[p], self.mass[p], self.fl[p], self.fr[p]
+        for level in range(1, self.depth + 1):
+            lo, hi = n >> level, n >> (level - 1)  # this level's nodes are [lo, hi)
+            a, b = slice(2 * lo, 2 * hi, 2), slice(2 * lo + 1, 2 * hi, 2)
+            e, fh = self.child_e[level], self.child_f[level]
+            c = cnt[lo:hi]
+            bf, hs = self.base_f[level], self.base_half_s[level]
+            lp[lo:hi] = lp[a] * e + lp[b] + c * bf
+            rp[lo:hi] = rp[a] + rp[b] * e + c * bf
+            mass[lo:hi] = mass[a] + mass[b] + c * self.width_u[level]
+            fl[lo:hi] = fl[a] + mass[b] * fh + e * fl[b] + c * hs
+            fr[lo:hi] = fr[a] * e + mass[a] * fh + fr[b] + c * hs
+        self.lp, self.rp, self.mass = lp.tolist(), rp.tolist(), mass.tolist()
+        self.fl, self.fr = fl.tolist(), fr.tolist()
 
     def _recompute(self, p: int) -> None:
         level = self.depth - (p.bit_length() - 1)

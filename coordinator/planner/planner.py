@@ -1,6 +1,7 @@
 """One coordinator run (seed 004): load, replicate, broadcast, drain, balance and unload, in priority order.
 
-``plan(view)`` is pure: the same view gives the same plan. Stages (seed 004):
+``plan(view)`` is pure: the same view gives the same plan. Stages (seed 004),
+after stage 0 cancels the loads queued on decommissioning servers:
 
 1. one copy of every unreplicated segment, newest first (never throttled: no
    replication throttle, only the full queue limit);
@@ -115,6 +116,9 @@ class _Run:
         self.visited: dict[str, set[SegmentId]] = {}
         self.compute_cost = compute_cost
         self.targets: dict[SegmentId, _Target] = {}
+        self.satisfied: set[SegmentId] = set()
+        self._candidates: dict[str, list[SegmentId]] = {}
+        self._load_rule_order: list[SegmentId] | None = None
         rules = view.rules
         for sid in sorted(view.used):
             seg = view.segments[sid]
@@ -201,9 +205,11 @@ class _Run:
 
     # -- stages 1-4: loading -----------------------------------------------------------
     def load_rule_segments(self) -> list[SegmentId]:
-        chosen = [sid for sid, t in self.targets.items() if t.kind == "load" and t.total > 0]
-        chosen.sort(key=lambda s: _newest_first(self.view.segments[s]))
-        return chosen
+        if self._load_rule_order is None:
+            chosen = [sid for sid, t in self.targets.items() if t.kind == "load" and t.total > 0]
+            chosen.sort(key=lambda s: _newest_first(self.view.segments[s]))
+            self._load_rule_order = chosen
+        return self._load_rule_order
 
     def unreplicated(self, stage: int) -> None:
         """One copy of every segment served nowhere, primary tier first; never throttled."""
@@ -228,12 +234,16 @@ class _Run:
 
     def replicate(self, stage: int, share: float | None, relative: bool) -> None:
         for sid in self.load_rule_segments():
-            if not self.p.anywhere(sid):
-                continue  # stage 1's business: first copies before any second
+            if sid in self.satisfied or not self.p.anywhere(sid):
+                continue  # done, or stage 1's business: first copies before any second
+            short = False
             for tier, want in sorted(self.targets[sid].replicants.items()):
                 need = want - self.p.copies(sid, tier).total
                 while need > 0 and self.load(sid, tier, stage, f"under-replicated in {tier}", share, relative):
                     need -= 1
+                short = short or need > 0
+            if not short:
+                self.satisfied.add(sid)  # copies only grow before stage 12
 
     def loading_stages(self, stage: int, share: float | None, relative: bool) -> None:
         """Stages 1, 2, 3-4 on the first pass; their revisits (6, 8) carry the revisit's number."""
@@ -269,6 +279,10 @@ class _Run:
 
     # -- stages 7, 10, 11: balancing ------------------------------------------------------
     def balance_candidates(self, tier: str) -> list[SegmentId]:
+        """Segments the tier should hold and an active server of it serves (computed once per run, seed 004)."""
+        cached = self._candidates.get(tier)
+        if cached is not None:
+            return cached
         out = []
         for sid, target in self.targets.items():
             if target.kind != "load" or target.replicants.get(tier, 0) <= 0:
@@ -277,6 +291,7 @@ class _Run:
                    for n in self.p.holders.get(sid, ())):
                 out.append(sid)
         out.sort()
+        self._candidates[tier] = out
         return out
 
     def try_move(self, sid: SegmentId, tier: str, stage: int, share: float | None, relative: bool) -> str:
@@ -344,10 +359,6 @@ class _Run:
     # -- stage 12-13: unloading -----------------------------------------------------------
     def unload(self, stage: int) -> None:
         view, p = self.view, self.p
-        for name in sorted(p.decommissioning):  # decommissioning servers get nothing new
-            for sid in sorted(p.loading[name]):
-                if p.loading[name][sid].purpose != "decommissioning":
-                    self.cancel(name, sid, stage, f"{name} is decommissioning")
         known = set(view.segments)
         everywhere: set[SegmentId] = set(p.holders) | set(p.pending) | {
             s for n in view.servers for s in p.loading[n]}
@@ -364,6 +375,13 @@ class _Run:
                 continue
             if any(p.copies(sid, t).total > target.replicants.get(t, 0) for t in p.tiers_with_copies(sid)):
                 self.trim(sid, target.replicants, stage)
+
+    def cancel_on_decommissioning(self, stage: int) -> None:
+        """Decommissioning servers get nothing new: their queued loads go before any assignment, so the
+        segments are assigned elsewhere in this same run."""
+        for name in sorted(self.p.decommissioning):
+            for sid in sorted(self.p.loading[name]):
+                self.cancel(name, sid, stage, f"{name} is decommissioning")
 
     def trim(self, sid: SegmentId, replicants: dict[str, int], stage: int) -> None:
         p = self.p
@@ -462,7 +480,10 @@ class _Run:
         if view.config.pause_coordination:
             return Plan((), (), {"coordination/paused": 1}, unknown)
         self.metrics_at_start()
+        for tier in sorted(self.p.tiers):
+            self.balance_candidates(tier)  # as of the start of the run (seed 004)
         cost_before = self.total_cost() if self.compute_cost else None
+        self.cancel_on_decommissioning(0)                                           # 0
         loading = self.shares["loading"]
         self.loading_stages(1, loading, True)                                       # 1-4
         self.drain(5, self.shares["decommissioning"])                              # 5

@@ -47,6 +47,7 @@ class Projection:
         self.pending: dict[SegmentId, set[str]] = {}
         self.move_sources: dict[SegmentId, set[str]] = {}
         self._caches: dict[str, ServerCostCache] = {}
+        self._changes: dict[str, dict[SegmentId, bool]] = {}  # per built cache: segment -> held after the change
         self.loaded_in: dict[SegmentId, Counter[str]] = {}  # tier -> loaded copies not being dropped
         self.pending_in: dict[SegmentId, Counter[str]] = {}  # tier -> queued plain loads
         self.active = {t: sum(1 for n in names if n not in self.decommissioning) for t, names in self.tiers.items()}
@@ -99,7 +100,14 @@ class Projection:
         return len(self.loading[name])
 
     def cache(self, name: str) -> ServerCostCache:
+        """The server's cost cache, built on first use; changes since then are applied in one batch."""
         cache = self._caches.get(name)
+        changes = self._changes.pop(name, None)
+        if cache is not None and changes:
+            for sid, keep in changes.items():
+                if not keep:
+                    cache.remove(sid)
+            cache.extend(self.segment(sid) for sid, keep in changes.items() if keep and sid in self.view.segments)
         if cache is None:
             cache = ServerCostCache(window=self.window)
             gone = self.dropping[name]
@@ -124,10 +132,13 @@ class Projection:
              source: str | None = None) -> None:
         self._queue_load(name, QueueItem("load", sid, purpose, move_id, source))
         self.used_bytes[name] += self.size(sid)
+        self._note(name, sid, True)
+        if source is not None:
+            self._note(source, sid, False)
+
+    def _note(self, name: str, sid: SegmentId, held: bool) -> None:
         if name in self._caches:
-            self._caches[name].add(self.segment(sid))
-        if source is not None and source in self._caches:
-            self._caches[source].remove(sid)
+            self._changes.setdefault(name, {})[sid] = held
 
     def cancel(self, name: str, sid: SegmentId) -> QueueItem:
         item = self.loading[name].pop(sid)
@@ -138,10 +149,8 @@ class Projection:
             self.pending_in[sid][self.tier_of[name]] -= 1
         elif item.source is not None:
             self.move_sources.get(sid, set()).discard(item.source)
-            if item.source in self._caches and sid in self.view.segments:
-                self._caches[item.source].add(self.segment(sid))
-        if name in self._caches:
-            self._caches[name].remove(sid)
+            self._note(item.source, sid, True)
+        self._note(name, sid, False)
         return item
 
     def drop(self, name: str, sid: SegmentId) -> None:
@@ -150,5 +159,4 @@ class Projection:
         if name in held:
             held.discard(name)
             self.loaded_in[sid][self.tier_of[name]] -= 1
-        if name in self._caches:
-            self._caches[name].remove(sid)
+        self._note(name, sid, False)

@@ -232,3 +232,58 @@ def test_same_scenario_same_output() -> None:
 def test_bad_scenarios_name_the_field(doc: dict[str, Any], message: str) -> None:
     with pytest.raises(ScenarioError, match=message):
         Scenario.parse(doc)
+
+
+def test_queued_loads_count_as_copies_across_runs() -> None:
+    """With loads still queued (manual completion), the next run assigns nothing twice."""
+    reports = run({"now": NOW, "servers": servers(3), "segments": [hourly("wiki", 12)],
+                   "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 2}}]},
+                   "loadCompletion": "manual", "runs": 3})
+    assert sum(1 for c in reports[0].plan.commands if c.type == "load") == 24
+    assert not any(c.type == "load" for r in reports[1:] for c in r.plan.commands)
+    queued = Counter(str(q.segment) for r in reports[-1:] for _s, _l, queue in r.servers.values() for q in queue)
+    assert set(queued.values()) == {2} and len(queued) == 12
+
+
+def test_decommissioning_cancels_queued_loads_and_gets_nothing_new() -> None:
+    reports = run({"now": NOW, "servers": servers(3), "segments": [hourly("wiki", 12)],
+                   "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 1}}]},
+                   "loadCompletion": "manual", "runs": 2,
+                   "events": [{"beforeRun": 2, "type": "decommission", "name": "h0"}]})
+    queued_on_h0 = [c.segment for c in reports[0].plan.commands if c.type == "load" and c.server == "h0"]
+    assert queued_on_h0
+    second = reports[1].plan.commands
+    assert sorted(c.segment for c in second if c.type == "cancel" and c.server == "h0") == sorted(queued_on_h0)
+    reassigned = {c.segment for c in second if c.type == "load"}
+    assert reassigned == set(queued_on_h0) and not any(c.server == "h0" for c in second if c.type == "load")
+
+
+def test_cost_based_assignment_spreads_one_interval_across_servers() -> None:
+    """With useRoundRobinSegmentAssignment off, the cost function picks servers: the partitions of one hour
+    (same data source, same interval) land on different servers."""
+    reports = run({"now": NOW, "servers": servers(4),
+                   "segments": [{"dataSource": "wiki", "start": "2026-05-01", "count": 6, "granularity": "PT1H",
+                                 "partitions": 4, "sizeBytes": 10}],
+                   "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 1}}]},
+                   "dynamicConfig": {"useRoundRobinSegmentAssignment": False, "smartSegmentLoading": False},
+                   "runs": 1})
+    by_hour: dict[int, set[str]] = {}
+    for c in reports[0].plan.commands:
+        if c.type == "load":
+            by_hour.setdefault(c.segment.interval.start, set()).add(c.server)
+    assert len(by_hour) == 6 and all(len(names) == 4 for names in by_hour.values())
+
+
+def test_metrics_and_unknown_tiers() -> None:
+    reports = run({"now": NOW, "servers": servers(2),
+                   "segments": [hourly("wiki", 4)],
+                   "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 2,
+                                                                                     "ghost": 1}}]},
+                   "runs": 2})
+    first = reports[0].plan
+    assert first.unknown_tiers == ("ghost",)
+    assert first.metrics["segment/unavailable/count"] == 4
+    assert first.metrics["segment/assigned/count"] == {"_default_tier": 8}
+    assert "balancer/cost/after" in first.metrics and first.metrics["decisions"] == 8
+    second = reports[1].plan
+    assert "segment/unavailable/count" not in second.metrics and not second.commands
