@@ -5,11 +5,14 @@ A scenario (JSON, see :func:`Scenario.parse`) gives the servers, the segments
 of runs and events before given runs. Each run: events apply, the planner runs
 on a snapshot, its commands enter the servers' queues, overshadowed or
 drop-rule segments are marked unused, and with ``loadCompletion``
-``"between_runs"`` (the default) every queue then completes: drops, then loads,
-then moves (a move's source drops its copy only after the target loaded it;
-a load fails with probability ``failureRate``, drawn from a generator seeded by
+``"between_runs"`` (the default) the queues then complete by the end of the
+coordinator period: drops, then the loads whose server's ``loadTimeMillis`` (per
+server, or the scenario's default, 0) has passed since they were queued, then
+moves (a move's source drops its copy only after the target loaded it; a load
+fails with probability ``failureRate``, drawn from a generator seeded by
 ``seed``, and a failed move leaves the source's copy in place). With
-``"manual"`` queues complete only at ``complete_queues`` events. After each run
+``"manual"`` queues complete only at ``complete_queues`` events, load times
+notwithstanding. After each run
 ``now`` advances by ``periodMillis`` (Druid's coordinator period, 60 s).
 
 **Invariants.** Same scenario, same output. A server never loads beyond its size
@@ -65,9 +68,17 @@ def _instant(value: Any, path: str) -> int:
     raise ScenarioError(f"{path}: expected an ISO-8601 instant or epoch milliseconds, got {value!r}")
 
 
+def _load_time(obj: Mapping[str, Any], path: str, default: int) -> int:
+    value = _field(obj, "loadTimeMillis", path, int, default)
+    if value < 0:
+        raise ScenarioError(f"{path}.loadTimeMillis: must be >= 0, got {value}")
+    return int(value)
+
+
 def _server(obj: Any, path: str) -> Server:
     if not isinstance(obj, dict):
         raise ScenarioError(f"{path}: expected an object")
+    _load_time(obj, path, 0)
     try:
         return Server(_field(obj, "name", path, str), _field(obj, "tier", path, str, "_default_tier"),
                       _field(obj, "maxSizeBytes", path, int), _field(obj, "decommissioning", path, bool, False))
@@ -143,13 +154,15 @@ class Scenario:
     failure_rate: float = 0.0
     seed: int = 0
     period_millis: int = 60_000
+    load_time_millis: int = 0
+    server_load_time: Mapping[str, int] = field(default_factory=dict)
 
     @staticmethod
     def parse(doc: Any) -> Scenario:
         if not isinstance(doc, dict):
             raise ScenarioError("scenario: expected a JSON object")
         known = {"now", "servers", "segments", "initialPlacement", "rules", "dynamicConfig", "runs",
-                 "loadCompletion", "events", "failureRate", "seed", "periodMillis"}
+                 "loadCompletion", "events", "failureRate", "seed", "periodMillis", "loadTimeMillis"}
         for key in doc:
             if key not in known:
                 raise ScenarioError(f"scenario.{key}: unknown field (known: {', '.join(sorted(known))})")
@@ -196,7 +209,10 @@ class Scenario:
                         _rules(_field(doc, "rules", "scenario", dict, {}), "rules"),
                         _config(_field(doc, "dynamicConfig", "scenario", dict, {}), "dynamicConfig"),
                         runs, completion, tuple(events), float(rate), _field(doc, "seed", "scenario", int, 0),
-                        _field(doc, "periodMillis", "scenario", int, 60_000))
+                        _field(doc, "periodMillis", "scenario", int, 60_000),
+                        _load_time(doc, "scenario", 0),
+                        {s["name"]: _load_time(s, f"servers[{i}]", -1) for i, s in enumerate(doc["servers"])
+                         if "loadTimeMillis" in s})
 
 
 def _check_event(e: Event) -> None:
@@ -221,8 +237,14 @@ def _check_event(e: Event) -> None:
 @dataclass
 class _Node:
     server: Server
+    load_time: int = 0
     loaded: set[SegmentId] = field(default_factory=set)
     queue: list[QueueItem] = field(default_factory=list)
+    queued_at: dict[QueueItem, int] = field(default_factory=dict)
+
+    def enqueue(self, item: QueueItem, at: int) -> None:
+        self.queue.append(item)
+        self.queued_at[item] = at
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,9 +286,14 @@ class Simulator:
             self.segments[seg.id] = seg
             self.used[seg.id] = used
         by_text = {str(s): s for s in self.segments}
-        self.nodes: dict[str, _Node] = {s.name: _Node(s) for s in scenario.servers}
+        self.nodes: dict[str, _Node] = {s.name: _Node(s, self._load_time(s.name)) for s in scenario.servers}
         for name, held in scenario.placement.items():
             self.nodes[name].loaded.update(by_text[x] for x in held)
+
+    def _load_time(self, name: str, given: int | None = None) -> int:
+        if given is not None:
+            return given
+        return self.scenario.server_load_time.get(name, self.scenario.load_time_millis)
 
     def view(self, run: int) -> ClusterView:
         servers = {n: ServerState(node.server, frozenset(node.loaded), tuple(node.queue))
@@ -279,7 +306,8 @@ class Simulator:
         body = e.body
         if e.type == "add_server":
             server = _server(body["server"], f"{e.path}.server")
-            self.nodes[server.name] = _Node(server)
+            given = body["server"].get("loadTimeMillis")
+            self.nodes[server.name] = _Node(server, self._load_time(server.name, given))
         elif e.type == "remove_server":
             self._node(body["name"], e)
             del self.nodes[body["name"]]
@@ -304,7 +332,7 @@ class Simulator:
                     self.segments[seg.id] = seg
                     self.used[seg.id] = used
         elif e.type == "complete_queues":
-            self.complete()
+            self.complete()  # everything, load times notwithstanding
 
     def _node(self, name: str, e: Event) -> _Node:
         if name not in self.nodes:
@@ -317,28 +345,33 @@ class Simulator:
             if c.type == "cancel":
                 node.queue = [q for q in node.queue if not (q.segment == c.segment and q.action == "load")]
             elif c.type == "drop":
-                node.queue.append(QueueItem("drop", c.segment))
+                node.enqueue(QueueItem("drop", c.segment), self.now)
             elif c.type == "load":
-                node.queue.append(QueueItem("load", c.segment, "loading"))
+                node.enqueue(QueueItem("load", c.segment, "loading"), self.now)
             else:
                 purpose: Purpose = "decommissioning" if c.reason.startswith("draining") else "balancing"
-                node.queue.append(QueueItem("load", c.segment, purpose, c.move_id, c.source))
+                node.enqueue(QueueItem("load", c.segment, purpose, c.move_id, c.source), self.now)
         for sid, _reason in result.mark_unused:
             self.used[sid] = False
 
-    def complete(self) -> None:
-        """Every queue completes: drops, then loads, then moves."""
+    def complete(self, at: int | None = None) -> None:
+        """Queues complete: drops, then loads, then moves. With ``at``, a load completes only when the
+        server's load time has passed since it was queued; drops are immediate."""
         for name in sorted(self.nodes):
             node = self.nodes[name]
             for q in node.queue:
                 if q.action == "drop":
                     node.loaded.discard(q.segment)
+                    node.queued_at.pop(q, None)
             node.queue = [q for q in node.queue if q.action != "drop"]
         for moves in (False, True):
             for name in sorted(self.nodes):
                 node = self.nodes[name]
                 for q in [q for q in node.queue if (q.move_id is not None) == moves]:
+                    if at is not None and node.queued_at.get(q, at) + node.load_time > at:
+                        continue  # still loading
                     node.queue.remove(q)
+                    node.queued_at.pop(q, None)
                     if self._loads(node, q.segment) and q.source in self.nodes:
                         self.nodes[q.source].loaded.discard(q.segment)
 
@@ -361,7 +394,7 @@ class Simulator:
             result = plan(self.view(run), compute_cost)
             self.enqueue(result)
             if self.scenario.load_completion == "between_runs":
-                self.complete()
+                self.complete(self.now + self.scenario.period_millis)
             servers = {n: (node.server, tuple(sorted(node.loaded)), tuple(node.queue))
                        for n, node in self.nodes.items()}
             reports.append(RunReport(run, self.now, result, servers, dict(self.used)))

@@ -287,3 +287,14 @@ def test_metrics_and_unknown_tiers() -> None:
     assert "balancer/cost/after" in first.metrics and first.metrics["decisions"] == 8
     second = reports[1].plan
     assert "segment/unavailable/count" not in second.metrics and not second.commands
+
+
+def test_slow_servers_finish_loading_after_their_load_time() -> None:
+    """A 150 s load time with a 60 s coordinator period: loads queued in run 1 finish after run 3."""
+    reports = run({"now": NOW, "servers": [{"name": "slow", "maxSizeBytes": 10**12, "loadTimeMillis": 150_000}],
+                   "segments": [hourly("wiki", 3)],
+                   "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 1}}]},
+                   "runs": 3})
+    assert [len(r.servers["slow"][1]) for r in reports] == [0, 0, 3]
+    assert [len(r.servers["slow"][2]) for r in reports] == [3, 3, 0]
+    assert sum(1 for r in reports for c in r.plan.commands if c.type == "load") == 3  # queued loads count
