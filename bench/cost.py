@@ -3,8 +3,9 @@
 - **Query**: brute-force numpy (:class:`~coordinator.balancer.server_costs.ServerSegments`,
   every held segment, vectorized) against :class:`~coordinator.balancer.cost_cache.ServerCostCache`
   (O(log n)), for N = 1e3 .. 1e6, on hourly-aligned data and on unaligned random
-  starts and lengths (1 ms .. 48 h), with the ratio measured in the same run and the
-  largest relative difference between the two answers.
+  starts and lengths (1 ms .. 48 h), and on mixed granularities (hour, day, 30-day
+  aligned, unaligned 1 ms .. 1 year, a few "all time"), with the ratio measured in
+  the same run and the largest relative difference between the two answers.
 - **Updates**: add and remove throughput of the cache.
 - **Choosing a server**: the cheapest of 300 servers holding 3M segments in
   total (100 data sources), cache vs one brute-force pass over all 3M.
@@ -23,7 +24,7 @@ import numpy as np
 from coordinator.balancer.cost import CostModel, costs
 from coordinator.balancer.cost_cache import ServerCostCache
 from coordinator.balancer.server_costs import ServerSegments
-from events import Interval, SegmentDescriptor
+from events import ETERNITY, Interval, SegmentDescriptor
 
 HOUR = 3_600_000
 BASE = 1_735_689_600_000
@@ -42,6 +43,16 @@ def _segments(layout: str, n: int, rng: np.random.Generator, sources: int = 10,
     if layout == "aligned":
         starts = BASE + rng.integers(0, span, n).astype(np.int64) * HOUR
         ends = starts + HOUR
+    elif layout == "mixed":  # hour, day and 30-day aligned, unaligned 1 ms .. 1 year, and 0.01% "all time"
+        kind = rng.integers(0, 4, n)
+        grain = np.array([HOUR, 24 * HOUR, 720 * HOUR, 0], dtype=np.int64)[kind]
+        starts = BASE + rng.integers(0, span, n).astype(np.int64) * HOUR
+        ends = starts + grain
+        free = kind == 3
+        starts[free] = BASE + rng.integers(0, span * HOUR, int(free.sum()))
+        ends[free] = starts[free] + rng.integers(1, 8760 * HOUR, int(free.sum()))
+        eternal = rng.random(n) < 1e-4
+        starts[eternal], ends[eternal] = ETERNITY.start, ETERNITY.end
     else:
         starts = BASE + rng.integers(0, span * HOUR, n).astype(np.int64)
         ends = starts + rng.integers(1, 48 * HOUR, n).astype(np.int64)
@@ -53,7 +64,7 @@ def _segments(layout: str, n: int, rng: np.random.Generator, sources: int = 10,
 def queries(sizes: list[int]) -> None:
     rng = np.random.default_rng(1)
     print("one placement cost against a server holding N segments")
-    for layout in ("aligned", "unaligned"):
+    for layout in ("aligned", "unaligned", "mixed"):
         for n in sizes:
             held = _segments(layout, n, rng)
             brute = ServerSegments()

@@ -193,7 +193,7 @@ class CoverageTree:
         lo = int(lo_arr[normal].min()) if has_normal else 0
         hi = int(hi_arr[normal].max()) if has_normal else 0
         if not self.segments and has_normal:
-            grid = self.leaf
+            grid, old_window = self.leaf, self.window  # the window as laid out on the current grid
             na, nb = a_arr[normal], b_arr[normal]
             while self.leaf % 2 == 0 and MILLIS_PER_HOUR % (self.leaf // 2) == 0:  # dense unaligned: finer
                 unaligned = int(np.count_nonzero(na % self.leaf) + np.count_nonzero(nb % self.leaf))
@@ -202,11 +202,11 @@ class CoverageTree:
                     break
                 self.leaf //= 2
             if self.leaf == grid:  # sparse: coarser, up to 1024 hours a leaf
-                span = max(hi - lo, self.window[1] - self.window[0])
+                span = max(hi - lo, old_window[1] - old_window[0])
                 while -(-span // self.leaf) > 8 * len(na) and self.leaf < (MILLIS_PER_HOUR << 10):
                     self.leaf *= 2
             if self.leaf != grid and self.depth >= 0:  # a pre-sized window: redo it on the new grid
-                w0, w1 = self.window
+                w0, w1 = old_window
                 self.depth = -1
                 self._grow(min(lo, w0), max(hi, w1))
         for a, b in zip(starts, ends, strict=True):

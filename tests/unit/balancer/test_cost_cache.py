@@ -164,3 +164,15 @@ def test_a_pre_sized_window_gives_the_same_answers() -> None:
     for probe in segments[::37]:
         ref = brute.cost_of(probe)
         assert _close(hinted.cost_of(probe), ref) and _close(plain.cost_of(probe), ref)
+
+
+def test_a_regridded_pre_sized_window_keeps_its_span() -> None:
+    """Coarsening a sparse tree's grid re-lays the window it was given, not a window stretched by the new leaf."""
+    lam = decay_rate(24)
+    window = (T0, T0 + 10_000 * HOUR)
+    tree = CoverageTree(lam, window=window)
+    tree.add_many([T0 + h * HOUR for h in range(0, 10_000, 300)], [T0 + (h + 1) * HOUR for h in range(0, 10_000, 300)])
+    assert tree.leaf > HOUR
+    w0, w1 = tree.window
+    assert w0 <= window[0] and window[1] <= w1  # power-of-two roundings may widen it, at most 4x:
+    assert w1 - w0 <= 4 * (window[1] - window[0])
