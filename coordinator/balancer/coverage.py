@@ -31,6 +31,7 @@ Queries and updates visit O(depth) nodes.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter
 
 import numpy as np
@@ -88,11 +89,12 @@ class CoverageTree:
         size = 2 << max(self.depth, 0)
         self.n_leaves = size // 2
         self.cnt = [0] * size
-        self.lp = [0.0] * size  # Lpot at the node's right edge
-        self.rp = [0.0] * size  # Rpot at the node's left edge
-        self.mass = [0.0] * size
-        self.fl = [0.0] * size  # ∫ m f(y - L)
-        self.fr = [0.0] * size  # ∫ m f(R - y)
+        zeros = bytes(8 * size)  # packed doubles: 8 bytes a moment, not a boxed float each
+        self.lp = array("d", zeros)  # Lpot at the node's right edge
+        self.rp = array("d", zeros)  # Rpot at the node's left edge
+        self.mass = array("d", zeros)
+        self.fl = array("d", zeros)  # ∫ m f(y - L)
+        self.fr = array("d", zeros)  # ∫ m f(R - y)
         self.pieces: dict[int, Counter[tuple[int, int]]] = {}
         levels = max(self.depth, 0) + 1
         self.width_u = [self.k * (self.leaf << lv) for lv in range(levels)]
@@ -175,7 +177,7 @@ class CoverageTree:
         On an empty tree the grid adapts to the data: refined (halving the leaf
         while it still divides an hour) until unaligned bounds leave about one
         leaf piece per leaf, so dense unaligned data keeps leaf scans short; or
-        coarsened (doubling, up to 1024 hours) while there are more than 8
+        coarsened (doubling, up to 1024 hours) while there are more than 2
         leaves per interval, so sparse trees stay small.
         """
         if len(starts) != len(ends):
@@ -203,7 +205,7 @@ class CoverageTree:
                 self.leaf //= 2
             if self.leaf == grid:  # sparse: coarser, up to 1024 hours a leaf
                 span = max(hi - lo, old_window[1] - old_window[0])
-                while -(-span // self.leaf) > 8 * len(na) and self.leaf < (MILLIS_PER_HOUR << 10):
+                while -(-span // self.leaf) > 2 * len(na) and self.leaf < (MILLIS_PER_HOUR << 10):
                     self.leaf *= 2
             if self.leaf != grid and self.depth >= 0:  # a pre-sized window: redo it on the new grid
                 w0, w1 = old_window
@@ -314,7 +316,7 @@ class CoverageTree:
         """
         n = self.n_leaves
         size = 2 * n
-        cnt = np.asarray(self.cnt, dtype=np.float64)
+        cnt = np.asarray(self.cnt, dtype=np.float64)  # (the moments are rebuilt from scratch below)
         leaf_c = cnt[n:]
         lp, rp, mass, fl, fr = (np.zeros(size) for _ in range(5))
         lp[n:] = rp[n:] = leaf_c * self.base_f[0]
@@ -335,8 +337,8 @@ class CoverageTree:
             mass[lo:hi] = mass[a] + mass[b] + c * self.width_u[level]
             fl[lo:hi] = fl[a] + mass[b] * fh + e * fl[b] + c * hs
             fr[lo:hi] = fr[a] * e + mass[a] * fh + fr[b] + c * hs
-        self.lp, self.rp, self.mass = lp.tolist(), rp.tolist(), mass.tolist()
-        self.fl, self.fr = fl.tolist(), fr.tolist()
+        self.lp, self.rp, self.mass = (array("d", v.tobytes()) for v in (lp, rp, mass))
+        self.fl, self.fr = (array("d", v.tobytes()) for v in (fl, fr))
 
     def _recompute(self, p: int) -> None:
         level = self.depth - (p.bit_length() - 1)
