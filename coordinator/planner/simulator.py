@@ -109,12 +109,19 @@ def _segments(obj: Any, path: str) -> list[tuple[SegmentDescriptor, bool]]:
             interval = Interval(step.add_to(start, i), step.add_to(start, i + 1))
             out += [(SegmentDescriptor(source, interval, version, p, size), True) for p in range(partitions)]
         return out
-    start = _instant(_field(obj, "start", path, (str, int)), f"{path}.start")
-    end = _instant(_field(obj, "end", path, (str, int)), f"{path}.end")
+    if "interval" in obj:  # "start/end" (ISO-8601) instead of start and end
+        try:
+            interval = Interval.parse(_field(obj, "interval", path, str))
+        except ValueError as exc:
+            raise ScenarioError(f"{path}.interval: {exc}") from None
+        start, end = interval.start, interval.end
+    else:
+        start = _instant(_field(obj, "start", path, (str, int)), f"{path}.start")
+        end = _instant(_field(obj, "end", path, (str, int)), f"{path}.end")
     if end <= start:
         raise ScenarioError(f"{path}: end must be after start")
-    seg = SegmentDescriptor(source, Interval(start, end), version, _field(obj, "partitionId", path, int, 0),
-                            _field(obj, "size", path, int, 0))
+    size = _field(obj, "size", path, int, _field(obj, "sizeBytes", path, int, 0))
+    seg = SegmentDescriptor(source, Interval(start, end), version, _field(obj, "partitionId", path, int, 0), size)
     return [(seg, _field(obj, "used", path, bool, True))]
 
 
@@ -215,20 +222,43 @@ class Scenario:
                          if "loadTimeMillis" in s})
 
 
+def _event_server(body: Mapping[str, Any], path: str) -> tuple[Mapping[str, Any], str]:
+    """add_server's server: ``{"server": {...}}`` or the server's fields inline."""
+    if isinstance(body.get("server"), dict):
+        return body["server"], f"{path}.server"
+    return {k: v for k, v in body.items() if k not in ("type", "beforeRun")}, path
+
+
+def _event_name(body: Mapping[str, Any], path: str) -> str:
+    """The server an event names: ``name`` or ``server``."""
+    key = "name" if "name" in body else "server"
+    return str(_field(body, key, path, str))
+
+
+def _event_key(body: Mapping[str, Any], path: str, *keys: str) -> str:
+    for key in keys:
+        if key in body:
+            return key
+    raise ScenarioError(f"{path}.{keys[0]}: required")
+
+
 def _check_event(e: Event) -> None:
     body, path = e.body, e.path
     if e.type == "add_server":
-        _server(_field(body, "server", path, dict), f"{path}.server")
+        _server(*_event_server(body, path))
     elif e.type in ("remove_server", "decommission", "recommission"):
-        _field(body, "name", path, str)
+        _event_name(body, path)
     elif e.type == "set_now":
-        _instant(_field(body, "now", path, (str, int)), f"{path}.now")
+        key = _event_key(body, path, "now", "time")
+        _instant(body[key], f"{path}.{key}")
     elif e.type == "set_rules":
         _rules(_field(body, "rules", path, dict), f"{path}.rules")
     elif e.type == "set_dynamic_config":
-        _config(_field(body, "dynamicConfig", path, dict), f"{path}.dynamicConfig")
+        key = _event_key(body, path, "dynamicConfig", "config")
+        _config(_field(body, key, path, dict), f"{path}.{key}")
     elif e.type == "mark_unused":
-        _field(body, "segments", path, list)
+        key = _event_key(body, path, "segments", "segmentIds")
+        _field(body, key, path, list)
     elif e.type == "publish":
         for i, s in enumerate(_field(body, "segments", path, list)):
             _segments(s, f"{path}.segments[{i}]")
@@ -305,24 +335,29 @@ class Simulator:
     def apply_event(self, e: Event) -> None:
         body = e.body
         if e.type == "add_server":
-            server = _server(body["server"], f"{e.path}.server")
-            given = body["server"].get("loadTimeMillis")
-            self.nodes[server.name] = _Node(server, self._load_time(server.name, given))
+            obj, path = _event_server(body, e.path)
+            server = _server(obj, path)
+            if server.name in self.nodes:
+                raise ScenarioError(f"{path}.name: server {server.name!r} exists already")
+            self.nodes[server.name] = _Node(server, self._load_time(server.name, obj.get("loadTimeMillis")))
         elif e.type == "remove_server":
-            self._node(body["name"], e)
-            del self.nodes[body["name"]]
+            name = _event_name(body, e.path)
+            self._node(name, e)
+            del self.nodes[name]
         elif e.type in ("decommission", "recommission"):
-            node = self._node(body["name"], e)
+            node = self._node(_event_name(body, e.path), e)
             node.server = replace(node.server, decommissioning=e.type == "decommission")
         elif e.type == "set_now":
-            self.now = _instant(body["now"], f"{e.path}.now")
+            key = _event_key(body, e.path, "now", "time")
+            self.now = _instant(body[key], f"{e.path}.{key}")
         elif e.type == "set_rules":
             self.rules = _rules(body["rules"], f"{e.path}.rules")
         elif e.type == "set_dynamic_config":
-            self.config = _config(body["dynamicConfig"], f"{e.path}.dynamicConfig")
+            key = _event_key(body, e.path, "dynamicConfig", "config")
+            self.config = _config(body[key], f"{e.path}.{key}")
         elif e.type == "mark_unused":
             by_text = {str(s): s for s in self.segments}
-            for x in body["segments"]:
+            for x in body[_event_key(body, e.path, "segments", "segmentIds")]:
                 if x not in by_text:
                     raise ScenarioError(f"{e.path}.segments: unknown segment {x!r}")
                 self.used[by_text[x]] = False

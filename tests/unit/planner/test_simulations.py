@@ -298,3 +298,19 @@ def test_slow_servers_finish_loading_after_their_load_time() -> None:
     assert [len(r.servers["slow"][1]) for r in reports] == [0, 0, 3]
     assert [len(r.servers["slow"][2]) for r in reports] == [3, 3, 0]
     assert sum(1 for r in reports for c in r.plan.commands if c.type == "load") == 3  # queued loads count
+
+
+def test_event_and_segment_spellings() -> None:
+    """Inline or nested servers, name or server, interval or start/end, segmentIds."""
+    reports = run({"now": NOW, "servers": servers(1),
+                   "segments": [{"dataSource": "wiki", "interval": "2026-05-01/2026-05-02", "version": "v1",
+                                 "sizeBytes": 5},
+                                {"dataSource": "wiki", "start": "2026-05-02", "end": "2026-05-03", "size": 5}],
+                   "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 1}}]},
+                   "runs": 3,
+                   "events": [{"beforeRun": 2, "type": "add_server", "name": "h9", "maxSizeBytes": 10**9},
+                              {"beforeRun": 2, "type": "decommission", "server": "h0"},
+                              {"beforeRun": 3, "type": "mark_unused",
+                               "segmentIds": ["wiki_2026-05-01T00:00:00.000Z_2026-05-02T00:00:00.000Z_v1"]}]})
+    assert "h9" in reports[1].servers and reports[1].servers["h0"][0].decommissioning
+    assert list(reports[2].used.values()).count(False) == 1
