@@ -119,10 +119,10 @@ class _Run:
         self.satisfied: set[SegmentId] = set()
         self._candidates: dict[str, list[SegmentId]] = {}
         self._load_rule_order: list[SegmentId] | None = None
-        rules = view.rules
+        match = view.rules.matcher(view.now)
         for sid in sorted(view.used):
             seg = view.segments[sid]
-            rule = rules.rule_for(seg.data_source, seg.interval, view.now)
+            rule = match(seg.data_source, seg.interval)
             if rule is None:
                 self.targets[sid] = _Target("none")
             elif rule.kind == "load":
@@ -161,18 +161,18 @@ class _Run:
     # -- choosing servers --------------------------------------------------------------
     def pick(self, sid: SegmentId, tier: str, purpose: Purpose, share: float | None, relative: bool) -> str | None:
         """A server of the tier for one more copy: round robin (Druid's default) or the cheapest of the top B."""
-        names = [n for n in self.p.tiers.get(tier, []) if self.can_take(n, sid)]
-        if not names:
-            return None
-        if self.limits.use_round_robin:
-            all_names = self.p.tiers[tier]
+        all_names = self.p.tiers.get(tier, [])
+        if self.limits.use_round_robin:  # the next server from the tier's cursor that can take it
             start = self.cursor.get(tier, 0)
-            order = all_names[start:] + all_names[:start]
-            ok = set(names)
-            for n in order:
-                if n in ok and self.room(n, purpose, share, relative):
-                    self.cursor[tier] = (all_names.index(n) + 1) % len(all_names)
+            for k in range(len(all_names)):
+                i = (start + k) % len(all_names)
+                n = all_names[i]
+                if self.can_take(n, sid) and self.room(n, purpose, share, relative):
+                    self.cursor[tier] = (i + 1) % len(all_names)
                     return n
+            return None
+        names = [n for n in all_names if self.can_take(n, sid)]
+        if not names:
             return None
         seg = self.p.segment(sid)
         active = [n for n in self.p.tiers[tier] if n not in self.p.decommissioning]

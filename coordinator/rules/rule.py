@@ -171,8 +171,11 @@ class Rule:
             return None
         return Interval(self.period.subtract_from(now), now)
 
-    def applies_to(self, interval: Interval, now: int) -> bool:
-        """Whether this rule matches a segment of ``interval`` at reference time ``now`` (ms), as Druid decides."""
+    def applies_to(self, interval: Interval, now: int, window: Interval | None = None) -> bool:
+        """Whether this rule matches a segment of ``interval`` at reference time ``now`` (ms), as Druid decides.
+
+        ``window``, when given, must be ``self.window(now)`` (callers matching many segments compute it once).
+        """
         kind, scope = _TYPES[self.type]
         if scope == "forever":
             return True
@@ -181,7 +184,8 @@ class Rule:
             if kind == "drop":
                 return joda_contains(self.interval, interval)
             return self.interval.overlaps(interval)
-        window = self.window(now)
+        if window is None:
+            window = self.window(now)
         assert window is not None
         if scope == "before":
             return interval.end <= window.start

@@ -35,7 +35,7 @@ is the rule set a fresh Druid cluster starts with (``loadForever`` two replicas 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +113,22 @@ class RuleSet:
             if rule.applies_to(interval, now):
                 return rule
         return None
+
+    def matcher(self, now: int) -> Callable[[str, Interval], Rule | None]:
+        """``rule_for`` at a fixed ``now`` for many segments: each data source's chain and each period
+        rule's window are computed once."""
+        chains: dict[str, tuple[tuple[Rule, Interval | None], ...]] = {}
+
+        def match(data_source: str, interval: Interval) -> Rule | None:
+            chain = chains.get(data_source)
+            if chain is None:
+                chain = chains[data_source] = tuple((r, r.window(now)) for r in self.chain(data_source))
+            for rule, window in chain:
+                if rule.applies_to(interval, now, window):
+                    return rule
+            return None
+
+        return match
 
     def with_rules(self, data_source: str, rules: Iterable[Rule]) -> RuleSet:
         """This rule set with ``data_source``'s rules replaced (as Druid's POST of a data source's rules)."""

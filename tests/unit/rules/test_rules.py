@@ -508,3 +508,21 @@ def test_direct_rule_set_construction_is_checked() -> None:
         RuleSet((("", ()),))
     with pytest.raises(RuleError, match="rules must be Rule values"):
         RuleSet((("wiki", ({"type": "dropForever"},)),))  # type: ignore[arg-type]
+
+
+def test_the_matcher_agrees_with_rule_for() -> None:
+    from coordinator.rules.ruleset import RuleSet as _RuleSet
+    from events import Interval as _Interval
+    from events import parse_instant as _parse
+
+    rules = _RuleSet.parse({"wiki": [{"type": "loadByPeriod", "period": "P1M", "tieredReplicants": {"hot": 1}},
+                                     {"type": "dropBeforeByPeriod", "period": "P1Y"}],
+                            "_default": [{"type": "loadByInterval", "interval": "2020-01-01/2030-01-01"},
+                                         {"type": "dropForever"}]})
+    now = _parse("2026-03-31T12:00:00Z")
+    match = rules.matcher(now)
+    day = 86_400_000
+    for ds in ("wiki", "other"):
+        for k in range(-800, 40, 7):
+            interval = _Interval(now + k * day, now + (k + 1) * day)
+            assert match(ds, interval) == rules.rule_for(ds, interval, now)
