@@ -398,7 +398,8 @@ class CoverageTree:
             u += _f(k * (x1 - begin)) * math.exp(-k * (begin - w1)) * self.lp[1]
         s, t = max(x0, w0), min(x1, w1)
         if s < t:
-            u += _f(k * (t - s)) * (self._lpot(s) + self._rpot(t)) + self._inside(s, t)
+            lpot, rpot, inside = self._walk(s, t)
+            u += _f(k * (t - s)) * (lpot + rpot) + inside
         return result + u / (lam * lam)
 
     def _outside_parts(self, y0: int, y1: int) -> list[tuple[int, int]]:
@@ -412,59 +413,107 @@ class CoverageTree:
             parts.append((max(y0, w1), y1))
         return parts
 
-    def _lpot(self, t: int) -> float:
-        """∫_{w0}^{t} m(y) e^{-k(t - y)} dy for t inside the window."""
-        k, node, left, total = self.k, 1, self.origin, 0.0
-        width = self.leaf << self.depth
-        cnt, lp = self.cnt, self.lp
-        while True:
-            c = cnt[node]
-            if c:
-                total += c * _f(k * (t - left))
-            if node >= self.n_leaves:
-                break
-            width >>= 1
-            mid = left + width
-            if t >= mid:
-                total += lp[2 * node] * math.exp(-k * (t - mid))
-                node, left = 2 * node + 1, mid
-            else:
-                node = 2 * node
-        bucket = self.pieces.get(node - self.n_leaves)
-        if bucket:
-            for (a, b), n in bucket.items():
-                if a < t:
-                    e = min(b, t)
-                    total += n * math.exp(-k * (t - e)) * _f(k * (e - a))
-        return total
+    def _walk(self, s: int, t: int) -> tuple[float, float, float]:
+        """(Lpot(s), Rpot(t), Inside(s, t)) for a window-contained [s, t), in one descent.
 
-    def _rpot(self, t: int) -> float:
-        """∫_{t}^{w1} m(y) e^{-k(y - t)} dy for t inside the window or at its right edge."""
-        k, node, left, total = self.k, 1, self.origin, 0.0
-        width = self.leaf << self.depth
-        if t >= left + width:
-            return 0.0
-        cnt, rp = self.cnt, self.rp
-        while True:
+        The three follow the same paths: the common path while [s, t) lies in one
+        child, then the path of s (left potential, left part of the inside) and
+        the path of t (right potential, right part of the inside).
+        """
+        k, cnt, lp, rp, n_leaves = self.k, self.cnt, self.lp, self.rp, self.n_leaves
+        exp, expm1 = math.exp, math.expm1
+        node, left, width = 1, self.origin, self.leaf << self.depth
+        lpot = rpot = inside = 0.0
+        s_self = _s(k * (t - s))
+        # "x -= c * expm1(-u)" adds c * f(u) >= 0 (f inlined on this hot path): every term stays non-negative.
+        while True:  # the common path: [s, t) inside the node [left, left + width)
+            right = left + width
+            if left == s and right == t:  # the node is X: nothing of it lies left of s or right of t
+                return lpot, rpot, inside + self._full(node, left, right, s, t)
             c = cnt[node]
             if c:
-                total += c * _f(k * (left + width - t))
-            if node >= self.n_leaves:
-                break
+                lpot -= c * expm1(-k * (s - left))
+                rpot -= c * expm1(-k * (right - t))
+                inside += c * s_self
+            if node >= n_leaves:
+                a, b, i = self._leaf(node, s, t)
+                return lpot + a, rpot + b, inside + i
             width >>= 1
             mid = left + width
-            if t < mid:
-                total += rp[2 * node + 1] * math.exp(-k * (mid - t))
+            if t <= mid:
+                rpot += rp[2 * node + 1] * exp(-k * (mid - t))
                 node = 2 * node
-            else:
+            elif s >= mid:
+                lpot += lp[2 * node] * exp(-k * (s - mid))
                 node, left = 2 * node + 1, mid
+            else:
+                break
+        split_left, split_width = left, width
+        node_s, left_s, width_s = 2 * node, split_left, split_width  # nodes [L, R) with R <= t, following s
+        while True:
+            right_s = left_s + width_s
+            if left_s == s:
+                inside += self._full(node_s, left_s, right_s, s, t)
+                break
+            c = cnt[node_s]
+            if c:
+                lpot -= c * expm1(-k * (s - left_s))
+                inside += c * self._j(s, right_s, s, t)
+            if node_s >= n_leaves:
+                a, _b, i = self._leaf(node_s, s, t)
+                lpot += a
+                inside += i
+                break
+            width_s >>= 1
+            mid = left_s + width_s
+            if s < mid:
+                inside += self._full(2 * node_s + 1, mid, mid + width_s, s, t)
+                node_s = 2 * node_s
+            else:
+                lpot += lp[2 * node_s] * exp(-k * (s - mid))
+                node_s, left_s = 2 * node_s + 1, mid
+        node_t, left_t, width_t = 2 * node + 1, split_left + split_width, split_width  # L >= s, following t
+        while True:
+            right_t = left_t + width_t
+            if right_t == t:
+                inside += self._full(node_t, left_t, right_t, s, t)
+                break
+            c = cnt[node_t]
+            if c:
+                rpot -= c * expm1(-k * (right_t - t))
+                inside += c * self._j(left_t, t, s, t)
+            if node_t >= n_leaves:
+                _a, b, i = self._leaf(node_t, s, t)
+                rpot += b
+                inside += i
+                break
+            width_t >>= 1
+            mid = left_t + width_t
+            if t > mid:
+                inside += self._full(2 * node_t, left_t, mid, s, t)
+                node_t, left_t = 2 * node_t + 1, mid
+            else:
+                rpot += rp[2 * node_t + 1] * exp(-k * (mid - t))
+                node_t = 2 * node_t
+        return lpot, rpot, inside
+
+    def _leaf(self, node: int, s: int, t: int) -> tuple[float, float, float]:
+        """A leaf's pieces: their mass left of s (seen from s), right of t (seen from t), and inside [s, t)."""
         bucket = self.pieces.get(node - self.n_leaves)
+        lpot = rpot = inside = 0.0
         if bucket:
+            k = self.k
             for (a, b), n in bucket.items():
+                if a < s:
+                    e = min(b, s)
+                    lpot += n * math.exp(-k * (s - e)) * _f(k * (e - a))
                 if b > t:
                     e = max(a, t)
-                    total += n * math.exp(-k * (e - t)) * _f(k * (b - e))
-        return total
+                    rpot += n * math.exp(-k * (e - t)) * _f(k * (b - e))
+                p, q = max(a, s), min(b, t)
+                if p < q:
+                    inside += n * self._j(p, q, s, t)
+        return lpot, rpot, inside
 
     def _full(self, node: int, left: int, right: int, s: int, t: int) -> float:
         """∫ m (f(y - s) + f(t - y)) over a node [left, right) inside [s, t)."""
@@ -478,75 +527,3 @@ class CoverageTree:
         k = self.k
         w = k * (q - p)
         return _s(w) + _f(w) * (_f(k * (p - s)) + _f(k * (t - q)))
-
-    def _leaf_inside(self, node: int, s: int, t: int) -> float:
-        bucket = self.pieces.get(node - self.n_leaves)
-        total = 0.0
-        if bucket:
-            for (a, b), n in bucket.items():
-                p, q = max(a, s), min(b, t)
-                if p < q:
-                    total += n * self._j(p, q, s, t)
-        return total
-
-    def _inside(self, s: int, t: int) -> float:
-        """∫_s^t m(y) (f(y - s) + f(t - y)) dy for a window-contained [s, t)."""
-        cnt, n_leaves = self.cnt, self.n_leaves
-        node, left, width = 1, self.origin, self.leaf << self.depth
-        total = 0.0
-        # the common path: [s, t) inside the node
-        while True:
-            if left == s and left + width == t:
-                return total + self._full(node, left, t, s, t)
-            c = cnt[node]
-            if c:
-                total += c * self._j(s, t, s, t)
-            if node >= n_leaves:
-                return total + self._leaf_inside(node, s, t)
-            width >>= 1
-            mid = left + width
-            if t <= mid:
-                node = 2 * node
-            elif s >= mid:
-                node, left = 2 * node + 1, mid
-            else:
-                break
-        # the left path: nodes [L, R) with R <= t, following s
-        lnode, lleft, lwidth = 2 * node, left, width
-        while True:
-            if lleft == s:
-                total += self._full(lnode, lleft, lleft + lwidth, s, t)
-                break
-            c = cnt[lnode]
-            if c:
-                total += c * self._j(s, lleft + lwidth, s, t)
-            if lnode >= n_leaves:
-                total += self._leaf_inside(lnode, s, t)
-                break
-            lwidth >>= 1
-            mid = lleft + lwidth
-            if s < mid:
-                total += self._full(2 * lnode + 1, mid, mid + lwidth, s, t)
-                lnode = 2 * lnode
-            else:
-                lnode, lleft = 2 * lnode + 1, mid
-        # the right path: nodes [L, R) with L >= s, following t
-        rnode, rleft, rwidth = 2 * node + 1, left + width, width
-        while True:
-            if rleft + rwidth == t:
-                total += self._full(rnode, rleft, t, s, t)
-                break
-            c = cnt[rnode]
-            if c:
-                total += c * self._j(rleft, t, s, t)
-            if rnode >= n_leaves:
-                total += self._leaf_inside(rnode, s, t)
-                break
-            rwidth >>= 1
-            mid = rleft + rwidth
-            if t > mid:
-                total += self._full(2 * rnode, rleft, mid, s, t)
-                rnode, rleft = 2 * rnode + 1, mid
-            else:
-                rnode = 2 * rnode
-        return total
