@@ -7,6 +7,7 @@ registers every event type.
 from events.cluster import (
     DynamicConfigSet,
     RulesSet,
+    SegmentLoadRefused,
     ServerDecommissioned,
     ServerJoined,
     ServerLeft,
@@ -77,6 +78,7 @@ __all__ = [
     "SegmentDescriptor",
     "SegmentId",
     "SegmentIdError",
+    "SegmentLoadRefused",
     "SegmentUnannounced",
     "SegmentVisibilityChanged",
     "SegmentsMarkedUnused",

@@ -57,3 +57,20 @@ class RulesSet(Event):
 @dataclass(frozen=True, slots=True)
 class DynamicConfigSet(Event):
     config: JsonObject = wire("config")
+
+
+@event_type("segment_load_refused", topic=CLUSTER)
+@dataclass(frozen=True, slots=True)
+class SegmentLoadRefused(Event):
+    """A server's answer to a LoadSegment it will not execute (no room): the command is settled, not lost.
+
+    ``commandId`` is the refused command's; ``usedBytes`` what the server held when it refused.
+    """
+
+    server: str = wire("server")
+    command_id: str = wire("commandId")
+    segment_id: str = wire("segmentId")
+    reason: str = wire("reason")
+    used_bytes: int = wire("usedBytes", 0, minimum=0)
+    max_size_bytes: int = wire("maxSizeBytes", 0, minimum=0)
+    move_id: str | None = wire("moveId", None)

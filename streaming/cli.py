@@ -217,6 +217,30 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- historical ------------------------------------------------------------------
+def cmd_historical(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from events.topics import Topics
+    from streaming.historical import Historical, parse_size
+
+    try:
+        size = parse_size(args.max_size)
+    except ValueError as e:
+        raise CliError(f"--max-size: {e}") from None
+    if args.load_ms < 0:
+        raise CliError(f"--load-ms: must be >= 0, got {args.load_ms}")
+    topics = Topics(args.topic_prefix) if args.topic_prefix is not None else config.topics()
+    server = Historical(args.name, args.tier, size, _bootstrap(args), topics, args.load_ms)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"historical {args.name} [{args.tier}], {size} bytes, serving (SIGTERM or Ctrl-C stops it)", flush=True)
+    server.run(stop)
+    return 0
+
+
 # -- demo ----------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     from streaming.demo import run_demo
@@ -313,6 +337,15 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", action="store_true", help='one JSON document: {"runs": [...]}')
     sim.add_argument("--no-cost", action="store_true", help="skip the total-cost metrics (slow on big clusters)")
     sim.set_defaults(func=cmd_simulate)
+
+    hist = sub.add_parser("historical", help="a simulated historical: executes its load/drop commands, announces")
+    hist.add_argument("--name", required=True)
+    hist.add_argument("--tier", default="_default_tier")
+    hist.add_argument("--max-size", required=True, help="10GB, 512MiB or bytes")
+    hist.add_argument("--load-ms", type=int, default=50, help="simulated time to load one segment (default 50)")
+    hist.add_argument("--bootstrap", metavar="HOST:PORT")
+    hist.add_argument("--topic-prefix", default=None)
+    hist.set_defaults(func=cmd_historical)
 
     evs = sub.add_parser("events", help="the event contract")
     esub = evs.add_subparsers(dest="action", metavar="ACTION", required=True)

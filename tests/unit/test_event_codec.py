@@ -33,7 +33,7 @@ def test_registry_holds_every_type_of_the_design() -> None:
         "publish_rejected", "segments_published", "segments_marked_unused", "segment_announced",
         "segment_unannounced", "server_joined", "server_left", "server_decommissioned", "server_recommissioned",
         "rules_set", "dynamic_config_set", "segment_visibility_changed", "load_segment", "drop_segment",
-        "dead_lettered", "publish_accepted", "task_registered", "task_deregistered",
+        "dead_lettered", "publish_accepted", "task_registered", "task_deregistered", "segment_load_refused",
     }
     assert {c.event_type for c in ALL} == design
 

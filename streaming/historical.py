@@ -1,0 +1,195 @@
+"""A simulated Druid historical: executes its LoadSegment/DropSegment commands and announces what it serves.
+
+The server reads ``commands`` (keyed by server name; it executes those naming
+it), "loads" a segment by waiting ``load_ms``, then announces it on
+``segments``; a drop unannounces. A load that would exceed ``max_size_bytes``
+is refused with a ``SegmentLoadRefused`` on ``cluster``: the command is settled,
+not lost. It announces itself with ``ServerJoined`` and, when stopped
+gracefully, ``ServerLeft``.
+
+**Moves.** A DropSegment carrying a ``moveId`` is conditional: it waits until the
+move's target (known from the LoadSegment with the same move id) announces the
+segment, and is abandoned (the copy stays) if the target refuses that load.
+
+**Invariants.** Never more than ``max_size_bytes`` loaded. Every answer (announce,
+unannounce, refusal) carries the command's event id as its causation id and an
+id derived from the command's (topic, partition, offset), so a restarted server
+that re-reads a command emits an identical answer, which readers drop as a
+duplicate. The log is the source of truth: on start the server rebuilds what it
+holds and which commands it answered from its own events on ``segments`` and
+``cluster``, then follows ``commands``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from events.cluster import SegmentLoadRefused, ServerJoined, ServerLeft
+from events.commands import DropSegment, LoadSegment
+from events.envelope import Envelope
+from events.ids import derived_event_id
+from events.registry import Event
+from events.schema import Instant
+from events.segment import SegmentDescriptor
+from events.segments import SegmentAnnounced, SegmentUnannounced
+from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
+from streaming.consumer import EventConsumer, Record
+from streaming.producer import EventProducer
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """'10GB', '512MiB', '1073741824' -> bytes (decimal units as Druid's HumanReadableBytes, binary with 'i')."""
+    raw = text.strip().upper().replace(" ", "")
+    digits = len(raw) - len(raw.lstrip("0123456789."))
+    number, unit = raw[:digits], raw[digits:]
+    if not number or unit not in _UNITS:
+        raise ValueError(f"{text!r} is not a size (examples: 10GB, 512MiB, 1073741824)")
+    value = float(number) * _UNITS[unit]
+    if value < 0 or value != int(value):
+        raise ValueError(f"{text!r} is not a whole number of bytes")
+    return int(value)
+
+
+@dataclass
+class _Holdings:
+    """What the server holds and which commands it answered, rebuilt from the log."""
+
+    loaded: dict[str, SegmentDescriptor] = field(default_factory=dict)
+    answered: set[str] = field(default_factory=set)
+    announced: set[tuple[str, str]] = field(default_factory=set)  # (server, segment id) currently announced
+    move_targets: dict[str, tuple[str, str]] = field(default_factory=dict)  # move id -> (target, segment id)
+    refused_moves: set[str] = field(default_factory=set)
+    waiting_drops: dict[str, Record] = field(default_factory=dict)  # move id -> its DropSegment
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(s.size for s in self.loaded.values())
+
+
+class Historical:
+    def __init__(self, name: str, tier: str, max_size_bytes: int, bootstrap: str, topics: Topics,
+                 load_ms: int = 0) -> None:
+        if max_size_bytes < 0 or load_ms < 0:
+            raise ValueError("max size and load time must be non-negative")
+        self.name, self.tier, self.max_size_bytes, self.load_ms = name, tier, max_size_bytes, load_ms
+        self.bootstrap, self.topics = bootstrap, topics
+        self.state = _Holdings()
+        self._producer = EventProducer(bootstrap, topics)
+
+    # -- the log ----------------------------------------------------------------------
+    def _observe(self, record: Record) -> None:
+        """Learn from segments/cluster events: own holdings and answers, others' announces and refusals."""
+        event, st = record.envelope.event, self.state
+        cause = record.envelope.causation_id
+        if isinstance(event, SegmentAnnounced):
+            sid = str(event.segment.id)
+            st.announced.add((event.server, sid))
+            if event.server == self.name:
+                st.loaded[sid] = event.segment
+            self._release_drops()
+        elif isinstance(event, SegmentUnannounced):
+            st.announced.discard((event.server, event.segment_id))
+            if event.server == self.name:
+                st.loaded.pop(event.segment_id, None)
+        elif isinstance(event, SegmentLoadRefused):
+            if event.move_id is not None:
+                st.refused_moves.add(event.move_id)
+                st.waiting_drops.pop(event.move_id, None)
+        else:
+            return
+        if cause is not None and getattr(event, "server", None) == self.name:
+            st.answered.add(cause)
+
+    def _send(self, event: Event, command: Record, key: str) -> None:
+        self._producer.send(Envelope(event, derived_event_id(command.topic, command.partition, command.offset, 0),
+                                     Instant(int(time.time() * 1000)), key, command.envelope.event_id))
+
+    # -- commands ---------------------------------------------------------------------
+    def _command(self, record: Record) -> None:
+        event, st = record.envelope.event, self.state
+        if isinstance(event, LoadSegment) and event.move_id is not None:
+            st.move_targets[event.move_id] = (event.server, str(event.segment.id))
+        if not isinstance(event, (LoadSegment, DropSegment)) or event.server != self.name:
+            return
+        if record.envelope.event_id in st.answered:
+            return  # answered before a restart: the log already says so
+        if isinstance(event, LoadSegment):
+            self._load(record, event)
+        elif event.move_id is not None and event.move_id not in st.refused_moves:
+            st.waiting_drops[event.move_id] = record
+            self._release_drops()
+        elif event.move_id is None:
+            self._drop(record, event)
+
+    def _load(self, record: Record, event: LoadSegment) -> None:
+        seg, st = event.segment, self.state
+        sid = str(seg.id)
+        if sid not in st.loaded and st.used_bytes + seg.size > self.max_size_bytes:
+            refusal = SegmentLoadRefused(
+                server=self.name, command_id=event.command_id, segment_id=sid,
+                reason=f"no room: {st.used_bytes} of {self.max_size_bytes} bytes used, segment needs {seg.size}",
+                used_bytes=st.used_bytes, max_size_bytes=self.max_size_bytes, move_id=event.move_id)
+            self._send(refusal, record, self.name)
+        else:
+            if sid not in st.loaded and self.load_ms:
+                time.sleep(self.load_ms / 1000)
+            st.loaded[sid] = seg
+            self._send(SegmentAnnounced(server=self.name, segment=seg), record, seg.data_source)
+        st.answered.add(record.envelope.event_id)
+        self._producer.flush()
+
+    def _drop(self, record: Record, event: DropSegment) -> None:
+        st = self.state
+        held = st.loaded.pop(event.segment_id, None)
+        key = held.data_source if held is not None else event.segment_id.split("_", 1)[0]
+        self._send(SegmentUnannounced(server=self.name, segment_id=event.segment_id), record, key)
+        st.answered.add(record.envelope.event_id)
+        self._producer.flush()
+
+    def _release_drops(self) -> None:
+        st = self.state
+        for move_id, record in list(st.waiting_drops.items()):
+            target = st.move_targets.get(move_id)
+            if target is not None and target in st.announced:
+                del st.waiting_drops[move_id]
+                event = record.envelope.event
+                assert isinstance(event, DropSegment)
+                self._drop(record, event)
+
+    # -- running ----------------------------------------------------------------------
+    def _catch_up(self) -> None:
+        consumer = EventConsumer(self.bootstrap, self.topics, f"segcoord-historical-{self.name}-{uuid.uuid4().hex}",
+                                 [SEGMENTS, CLUSTER])
+        try:
+            for record in consumer.until_idle(idle_timeout=1.0):
+                self._observe(record)
+        finally:
+            consumer.close()
+
+    def run(self, stop: threading.Event, poll_timeout: float = 0.2) -> None:
+        """Serve until ``stop`` is set; then say ServerLeft."""
+        self._catch_up()
+        joined = ServerJoined(server=self.name, tier=self.tier, max_size_bytes=self.max_size_bytes)
+        now = Instant(int(time.time() * 1000))
+        self._producer.send(Envelope(joined, uuid.uuid4().hex, now, self.name))
+        self._producer.flush()
+        consumer = EventConsumer(self.bootstrap, self.topics, f"segcoord-historical-{self.name}-{uuid.uuid4().hex}",
+                                 [COMMANDS, SEGMENTS, CLUSTER])
+        try:
+            while not stop.is_set():
+                for record in consumer.poll(timeout=poll_timeout):
+                    if record.topic == self.topics.name(COMMANDS):
+                        self._command(record)
+                    else:
+                        self._observe(record)
+        finally:
+            consumer.close()
+            left = ServerLeft(server=self.name, tier=self.tier, max_size_bytes=self.max_size_bytes)
+            self._producer.send(Envelope(left, uuid.uuid4().hex, Instant(int(time.time() * 1000)), self.name))
+            self._producer.close()
