@@ -421,6 +421,7 @@ class CoverageTree:
         the path of t (right potential, right part of the inside).
         """
         k, cnt, lp, rp, n_leaves = self.k, self.cnt, self.lp, self.rp, self.n_leaves
+        mass, fl, fr = self.mass, self.fl, self.fr
         exp, expm1 = math.exp, math.expm1
         node, left, width = 1, self.origin, self.leaf << self.depth
         lpot = rpot = inside = 0.0
@@ -456,9 +457,10 @@ class CoverageTree:
                 inside += self._full(node_s, left_s, right_s, s, t)
                 break
             c = cnt[node_s]
-            if c:
+            if c:  # J(s, right_s) = s(w) + f(w) f(t - right_s), with f(w) f(v) = expm1(-w) expm1(-v)
                 lpot -= c * expm1(-k * (s - left_s))
-                inside += c * self._j(s, right_s, s, t)
+                w = k * (right_s - s)
+                inside += c * (_s(w) + expm1(-w) * expm1(-k * (t - right_s)))
             if node_s >= n_leaves:
                 a, _b, i = self._leaf(node_s, s, t)
                 lpot += a
@@ -466,8 +468,11 @@ class CoverageTree:
                 break
             width_s >>= 1
             mid = left_s + width_s
-            if s < mid:
-                inside += self._full(2 * node_s + 1, mid, mid + width_s, s, t)
+            if s < mid:  # the right child lies inside [s, t): its full-node sum, inlined
+                child = 2 * node_s + 1
+                dl, dr = k * (mid - s), k * (t - mid - width_s)
+                inside += (mass[child] * -(expm1(-dl) + expm1(-dr)) + exp(-dl) * fl[child]
+                           + exp(-dr) * fr[child])
                 node_s = 2 * node_s
             else:
                 lpot += lp[2 * node_s] * exp(-k * (s - mid))
@@ -479,9 +484,10 @@ class CoverageTree:
                 inside += self._full(node_t, left_t, right_t, s, t)
                 break
             c = cnt[node_t]
-            if c:
+            if c:  # J(left_t, t) = s(w) + f(w) f(left_t - s)
                 rpot -= c * expm1(-k * (right_t - t))
-                inside += c * self._j(left_t, t, s, t)
+                w = k * (t - left_t)
+                inside += c * (_s(w) + expm1(-w) * expm1(-k * (left_t - s)))
             if node_t >= n_leaves:
                 _a, b, i = self._leaf(node_t, s, t)
                 rpot += b
@@ -489,8 +495,11 @@ class CoverageTree:
                 break
             width_t >>= 1
             mid = left_t + width_t
-            if t > mid:
-                inside += self._full(2 * node_t, left_t, mid, s, t)
+            if t > mid:  # the left child lies inside [s, t)
+                child = 2 * node_t
+                dl, dr = k * (left_t - s), k * (t - mid)
+                inside += (mass[child] * -(expm1(-dl) + expm1(-dr)) + exp(-dl) * fl[child]
+                           + exp(-dr) * fr[child])
                 node_t, left_t = 2 * node_t + 1, mid
             else:
                 rpot += rp[2 * node_t + 1] * exp(-k * (mid - t))
