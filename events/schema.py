@@ -105,6 +105,8 @@ def _codecs(cls: type) -> tuple[_FieldCodec, ...]:
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
+        if not f.init:
+            continue  # an internal cache (init=False), never on the wire
         if "wire" not in f.metadata:
             raise TypeError(f"{cls.__name__}.{f.name} has no wire name")
         tp = hints[f.name]

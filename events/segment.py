@@ -44,6 +44,11 @@ class SegmentId:
     def __hash__(self) -> int:
         return self._hash
 
+    @property
+    def sort_key(self) -> tuple[str, int, int, str, int]:
+        """The id's order as a plain tuple (sorting by it compares in C; same order as the dataclass's)."""
+        return (self.data_source, self.interval.start, self.interval.end, self.version, self.partition_id)
+
     def __str__(self) -> str:
         base = f"{self.data_source}_{self.interval.iso().replace('/', '_')}_{self.version}"
         return base if self.partition_id == 0 else f"{base}_{self.partition_id}"
@@ -113,9 +118,16 @@ class SegmentDescriptor:
     metrics: JsonValue | None = wire("metrics", None)
     partition_versions: JsonValue | None = wire("partitionVersions", None)
 
+    _id: SegmentId | None = field(init=False, repr=False, compare=False, default=None)
+
     @property
     def id(self) -> SegmentId:
-        return SegmentId(self.data_source, self.interval, self.version, self.partition_id)
+        """The segment's id, built once (descriptors are immutable)."""
+        sid = self._id
+        if sid is None:
+            sid = SegmentId(self.data_source, self.interval, self.version, self.partition_id)
+            object.__setattr__(self, "_id", sid)
+        return sid
 
     @property
     def core_partitions(self) -> int:

@@ -84,7 +84,7 @@ def for_type(tp: Any, meta: Mapping[str, Any]) -> st.SearchStrategy[Any]:
 @functools.cache
 def records(cls: type) -> st.SearchStrategy[Any]:
     hints = typing.get_type_hints(cls)
-    fields = {f.name: for_type(hints[f.name], f.metadata) for f in dataclasses.fields(cls)}
+    fields = {f.name: for_type(hints[f.name], f.metadata) for f in dataclasses.fields(cls) if f.init}
     if cls.__name__ == "SegmentDescriptor":
         fields["interval"] = intervals(non_empty=True)
     return st.builds(cls, **fields)

@@ -35,6 +35,7 @@ the coordinator started (Druid's rule).
 from __future__ import annotations
 
 import math
+import operator
 import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
@@ -50,6 +51,7 @@ from coordinator.timeline.timeline import Timeline
 from events.segment import SegmentDescriptor, SegmentId
 
 CommandType = Literal["load", "drop", "move", "cancel"]
+_ID = operator.attrgetter("sort_key")  # segment ids in their own order, compared as plain tuples
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +122,7 @@ class _Run:
         self._candidates: dict[str, list[SegmentId]] = {}
         self._load_rule_order: list[SegmentId] | None = None
         match = view.rules.matcher(view.now)
-        for sid in sorted(view.used):
+        for sid in sorted(view.used, key=_ID):
             seg = view.segments[sid]
             rule = match(seg.data_source, seg.interval)
             if rule is None:
@@ -223,7 +225,7 @@ class _Run:
                     break
 
     def broadcast(self, stage: int, share: float | None, relative: bool) -> None:
-        for sid in sorted(s for s, t in self.targets.items() if t.kind == "broadcast"):
+        for sid in sorted((s for s, t in self.targets.items() if t.kind == "broadcast"), key=_ID):
             for name in sorted(self.view.servers):
                 if not self.can_take(name, sid) or not self.room(name, "loading", share, relative):
                     continue
@@ -256,7 +258,7 @@ class _Run:
     def drain(self, stage: int, share: float | None) -> None:
         for name in sorted(self.p.decommissioning):
             tier = self.p.tier_of[name]
-            for sid in sorted(s for s in self.p.loaded[name] if name in self.p.holders.get(s, ())):
+            for sid in sorted((s for s in self.p.loaded[name] if name in self.p.holders.get(s, ())), key=_ID):
                 target = self.targets.get(sid)
                 if target is None or target.kind != "load" or name in self.p.move_sources.get(sid, ()):
                     continue
@@ -290,7 +292,7 @@ class _Run:
             if any(self.p.tier_of[n] == tier and n not in self.p.decommissioning
                    for n in self.p.holders.get(sid, ())):
                 out.append(sid)
-        out.sort()
+        out.sort(key=_ID)
         self._candidates[tier] = out
         return out
 
@@ -362,7 +364,7 @@ class _Run:
         known = set(view.segments)
         everywhere: set[SegmentId] = set(p.holders) | set(p.pending) | {
             s for n in view.servers for s in p.loading[n]}
-        for sid in sorted(everywhere):
+        for sid in sorted(everywhere, key=_ID):
             target = self.targets.get(sid)
             if sid not in view.used or target is None or target.kind == "drop":
                 reason = "unused" if sid not in view.used or target is None else "drop rule"
@@ -380,7 +382,7 @@ class _Run:
         """Decommissioning servers get nothing new: their queued loads go before any assignment, so the
         segments are assigned elsewhere in this same run."""
         for name in sorted(self.p.decommissioning):
-            for sid in sorted(self.p.loading[name]):
+            for sid in sorted(self.p.loading[name], key=_ID):
                 self.cancel(name, sid, stage, f"{name} is decommissioning")
 
     def trim(self, sid: SegmentId, replicants: dict[str, int], stage: int) -> None:
@@ -415,7 +417,7 @@ class _Run:
         for name in sorted(self.p.decommissioning):
             held = [s for s in self.p.loaded[name] if name in self.p.holders.get(s, ())]
             if held and all(self.targets.get(s, _Target("none")).kind == "broadcast" for s in held):
-                for sid in sorted(held):
+                for sid in sorted(held, key=_ID):
                     self.drop(name, sid, stage, f"{name} is decommissioning")
 
     def cancel(self, name: str, sid: SegmentId, stage: int, reason: str) -> None:
