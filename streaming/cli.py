@@ -249,6 +249,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     keep_broker=args.keep_broker)
 
 
+# -- run -----------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    from events.topics import Topics
+    from streaming.admin import create_topics
+    from streaming.service.app import run_service
+    from streaming.service.state import StateStoreError
+
+    topics = Topics(args.topic_prefix) if args.topic_prefix is not None else config.topics()
+    bootstrap = args.bootstrap or os.environ.get("SEGCOORD_BOOTSTRAP")
+    if not bootstrap:
+        bootstrap = _broker(args).start()  # starts the local broker, or reuses the running one
+    create_topics(bootstrap, topics)
+    state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / topics.prefix.rstrip(".")
+    print(f"segcoord run: timeline agent on {bootstrap}, topics {topics.prefix}*, state {state_dir}", flush=True)
+    try:
+        return run_service(bootstrap, topics, state_dir, loglevel=args.log_level)
+    except StateStoreError as e:
+        raise CliError(f"--state-dir: {e}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="segcoord",
@@ -261,6 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--home", help="local broker home (default $SEGCOORD_HOME)")
     demo.add_argument("--keep-broker", action="store_true", help="leave a broker the demo started running")
     demo.set_defaults(func=cmd_demo)
+
+    run = sub.add_parser("run", help="run the coordinator service (the timeline agent) until SIGTERM/SIGINT")
+    run.add_argument("--bootstrap", help="HOST:PORT (default $SEGCOORD_BOOTSTRAP, else the local broker)")
+    run.add_argument("--state-dir", help="RocksDB state folder (default $SEGCOORD_HOME/service/<prefix>)")
+    run.add_argument("--topic-prefix", help="topic name prefix (default $SEGCOORD_TOPIC_PREFIX or 'segcoord.')")
+    run.add_argument("--log-level", default="warn", choices=("crit", "error", "warn", "info", "debug"))
+    run.set_defaults(func=cmd_run)
 
     kafka = sub.add_parser("kafka", help="the local single-node Kafka broker (KRaft, from Maven jars)")
     ksub = kafka.add_subparsers(dest="action", metavar="ACTION", required=True)

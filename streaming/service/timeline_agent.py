@@ -1,0 +1,204 @@
+"""The timeline agent: ``segments`` -> pure :class:`Timelines` fold -> ``SegmentVisibilityChanged`` on ``timeline``.
+
+It is transport-free: :meth:`TimelineAgent.process` takes a batch of raw input
+records (any number of partitions, each in offset order) and a sink; the Faust
+worker of :mod:`streaming.service.app` feeds it.
+
+Per batch, in this order (the exactly-once effect of DESIGN.md):
+
+1. each record below the stored next offset of its partition is skipped
+   (already applied); undecodable or invalid records (bad JSON, bad fields, an
+   event type of another topic, a segment id text naming no segment) are
+   dead-lettered with the reason; events whose id was already applied are
+   dropped; the others are folded through ``Timelines.apply``;
+2. every state change becomes a ``SegmentVisibilityChanged`` envelope, in
+   order, keyed by dataSource, with ``causation_id`` = the input event's id,
+   ``occurred_at`` = the input's, and event id =
+   ``derived_event_id(topic, partition, offset, index)``: a re-emission after a
+   crash is byte-identical and consumers drop it by id;
+3. the sink is flushed (every output and dead letter acknowledged);
+4. ONE RocksDB write batch commits the touched facts and states, the next
+   offsets and the applied ids.
+
+A crash anywhere before 4 leaves the store at the previous batch: the restart
+re-reads from its offsets and re-emits identical records. After an exception
+from :meth:`process` the in-memory fold is ahead of the store: discard the
+agent and build a new one from the store (the worker exits and is restarted).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from coordinator.timeline.timelines import Timelines
+from events.deadletter import DeadLettered
+from events.envelope import Envelope, decode
+from events.ids import derived_event_id
+from events.registry import Event
+from events.schema import EventValidationError, Instant
+from events.segment import SegmentId
+from events.topics import SEGMENTS, Topics
+from events.visibility import SegmentState, SegmentVisibilityChanged
+from streaming.service.state import AgentStateStore, StoreBatch
+from streaming.service.timeline_facts import (
+    ID_PREFIX,
+    SEG_PREFIX,
+    STATE_PREFIX,
+    SegmentFacts,
+    facts_of,
+    id_key,
+    learned_ids,
+    parse_id_key,
+    restore,
+    touched_ids,
+)
+
+FORMAT_VERSION = "timeline-agent/1"
+STORE_NAME = "timeline"
+
+
+@dataclass(frozen=True, slots=True)
+class InputRecord:
+    """One message as read from Kafka, before decoding."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int = 0
+
+
+class Sink(Protocol):
+    """Where envelopes go (an :class:`~streaming.producer.EventProducer`); ``flush`` raises on any failure."""
+
+    def send(self, envelope: Envelope[Event]) -> None: ...
+
+    def flush(self, timeout: float = 30.0) -> None: ...
+
+
+@dataclass(slots=True)
+class AgentCounters:
+    applied: int = 0
+    duplicates: int = 0
+    dead_lettered: int = 0
+    skipped: int = 0
+    emitted: int = 0
+    batches: int = 0
+    last_reasons: list[str] = field(default_factory=list)
+
+
+class TimelineAgent:
+    """The fold, its store and its sink; one instance per process, single-threaded."""
+
+    def __init__(self, store: AgentStateStore, topics: Topics, sink: Sink) -> None:
+        self.store = store
+        self.topics = topics
+        self.input_topic = topics.name(SEGMENTS)
+        self.sink = sink
+        self.counters = AgentCounters()
+        self.timelines = load_timelines(store)
+        self._next = store.offsets()
+
+    def next_offsets(self) -> dict[tuple[str, int], int]:
+        """Where to resume each partition applied so far (absent partitions: from the beginning)."""
+        return dict(self._next)
+
+    def process(self, records: Sequence[InputRecord]) -> None:
+        """Apply a batch: fold, emit, flush, then commit state + offsets + applied ids in one write batch."""
+        batch = self.store.batch()
+        touched: dict[SegmentId, None] = {}
+        states: dict[SegmentId, SegmentState] = {}
+        c = self.counters
+        for rec in records:
+            tp = (rec.topic, rec.partition)
+            if rec.offset < self._next.get(tp, -1):
+                c.skipped += 1
+                continue
+            self._next[tp] = rec.offset + 1
+            batch.set_offset(rec.topic, rec.partition, rec.offset + 1)
+            try:
+                env = decode(rec.value)
+                if env.event.event_topic != SEGMENTS:
+                    raise EventValidationError("event_type", env.event_type,
+                                               f"belongs on topic {env.event.event_topic!r}, not {SEGMENTS!r}")
+                if batch.applied(env.event_id) or self.store.applied(env.event_id):
+                    c.duplicates += 1
+                    continue
+                sids = touched_ids(self.timelines, env.event)
+                changes = self.timelines.apply(env.event)
+            except EventValidationError as e:
+                self._dead_letter(rec, str(e))
+                continue
+            batch.mark_applied(env.event_id)
+            c.applied += 1
+            for sid in learned_ids(env.event):
+                batch.put(ID_PREFIX + str(sid).encode(), id_key(sid))
+            touched.update(dict.fromkeys(sids))
+            for i, change in enumerate(changes):
+                sid = change.segment_id
+                states[sid] = change.new
+                touched[sid] = None
+                out = SegmentVisibilityChanged(segment_id=str(sid), data_source=sid.data_source,
+                                               interval=sid.interval, from_state=change.old, to_state=change.new)
+                self.sink.send(Envelope(out, derived_event_id(rec.topic, rec.partition, rec.offset, i),
+                                        env.occurred_at, sid.data_source, env.event_id))
+                c.emitted += 1
+        self._stage_facts(batch, touched, states)
+        self.sink.flush()
+        self.store.commit(batch)
+        c.batches += 1
+
+    def _stage_facts(self, batch: StoreBatch, touched: dict[SegmentId, None],
+                     states: dict[SegmentId, SegmentState]) -> None:
+        for sid in touched:
+            key = id_key(sid)
+            facts = facts_of(self.timelines, sid)
+            if facts is None:
+                batch.delete(SEG_PREFIX + key)
+            else:
+                batch.put(SEG_PREFIX + key, facts.to_bytes())
+        for sid, state in states.items():
+            if state == "absent":
+                batch.delete(STATE_PREFIX + id_key(sid))
+            else:
+                batch.put(STATE_PREFIX + id_key(sid), state.encode())
+
+    def _dead_letter(self, rec: InputRecord, reason: str) -> None:
+        """As :class:`~streaming.consumer.EventConsumer` does: original bytes, position, reason; id from position."""
+        letter = DeadLettered(
+            reason=reason, topic=rec.topic, partition=rec.partition, offset=rec.offset,
+            original_value=None if rec.value is None else base64.b64encode(rec.value).decode(),
+            original_key=None if rec.key is None else base64.b64encode(rec.key).decode(),
+        )
+        self.sink.send(Envelope(letter, derived_event_id(rec.topic, rec.partition, rec.offset, 0),
+                                Instant(max(rec.timestamp_ms, 0)), _key_text(rec.key)))
+        self.counters.dead_lettered += 1
+        self.counters.last_reasons = [*self.counters.last_reasons[-9:], reason]
+
+
+def load_timelines(store: AgentStateStore) -> Timelines:
+    """Rebuild the fold from the stored facts (empty store: empty timelines)."""
+    facts = [(parse_id_key(k[len(SEG_PREFIX):]), SegmentFacts.from_bytes(v)) for k, v in store.scan(SEG_PREFIX)]
+    known = [(k[len(ID_PREFIX):].decode(), parse_id_key(v)) for k, v in store.scan(ID_PREFIX)]
+    return restore(facts, known)
+
+
+def stored_states(store: AgentStateStore) -> dict[SegmentId, SegmentState]:
+    return {parse_id_key(k[len(STATE_PREFIX):]): v.decode() for k, v in store.scan(STATE_PREFIX)}  # type: ignore[misc]
+
+
+def stored_facts(store: AgentStateStore) -> dict[SegmentId, SegmentFacts]:
+    return {parse_id_key(k[len(SEG_PREFIX):]): SegmentFacts.from_bytes(v) for k, v in store.scan(SEG_PREFIX)}
+
+
+def _key_text(key: bytes | None) -> str:
+    if key is None:
+        return ""
+    try:
+        return key.decode()
+    except UnicodeDecodeError:
+        return base64.b64encode(key).decode()
