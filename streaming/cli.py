@@ -217,6 +217,43 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- replay and audit ---------------------------------------------------------------
+def cmd_replay(args: argparse.Namespace) -> int:
+    import orjson
+
+    from events.topics import Topics
+    from streaming.replay import ReplayError, Until, replay, text
+
+    topics = Topics(args.topic_prefix) if args.topic_prefix is not None else config.topics()
+    try:
+        until = Until.parse(args.until) if args.until else None
+        fold = replay(_bootstrap(args), topics, until)
+    except ReplayError as e:
+        raise CliError(str(e)) from None
+    print(orjson.dumps(fold.to_json()).decode() if args.json else text(fold))
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    import orjson
+
+    from events.topics import Topics
+    from streaming.replay import ReplayError, as_json, audit
+
+    topics = Topics(args.topic_prefix) if args.topic_prefix is not None else config.topics()
+    try:
+        violations = audit(_bootstrap(args), topics, command_timeout_ms=args.command_timeout_ms)
+    except ReplayError as e:
+        raise CliError(str(e)) from None
+    if args.json:
+        print(orjson.dumps({"violations": as_json(violations)}).decode())
+    else:
+        for v in violations:
+            print(v)
+        print(f"{len(violations)} violation(s)")
+    return 1 if violations else 0
+
+
 # -- historical ------------------------------------------------------------------
 def cmd_historical(args: argparse.Namespace) -> int:
     import signal
@@ -262,11 +299,104 @@ def cmd_run(args: argparse.Namespace) -> int:
         bootstrap = _broker(args).start()  # starts the local broker, or reuses the running one
     create_topics(bootstrap, topics)
     state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / topics.prefix.rstrip(".")
-    print(f"segcoord run: timeline agent on {bootstrap}, topics {topics.prefix}*, state {state_dir}", flush=True)
+    print(f"segcoord run: timeline and lockbox agents on {bootstrap}, topics {topics.prefix}*, state {state_dir}",
+          flush=True)
     try:
         return run_service(bootstrap, topics, state_dir, loglevel=args.log_level)
     except StateStoreError as e:
         raise CliError(f"--state-dir: {e}") from None
+
+
+# -- task ------------------------------------------------------------------------
+def _json_arg(name: str, text: str | None) -> object:
+    import orjson
+
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise CliError(f"{name}: not JSON: {e}") from None
+
+
+def _segments_arg(args: argparse.Namespace) -> list[object]:
+    """Descriptors from ``--segment JSON`` (repeatable) and ``--segments-file`` (a JSON list or JSON lines)."""
+    import orjson
+
+    objs: list[object] = [_json_arg("--segment", text) for text in args.segment]
+    if args.segments_file:
+        path = Path(args.segments_file)
+        try:
+            text = sys.stdin.read() if args.segments_file == "-" else path.read_text()
+        except OSError as e:
+            raise CliError(f"{path}: {e.strerror or e}") from None
+        try:
+            loaded = orjson.loads(text) if text.lstrip().startswith("[") else [
+                orjson.loads(line) for line in text.splitlines() if line.strip()]
+        except orjson.JSONDecodeError as e:
+            raise CliError(f"{path}: not JSON: {e}") from None
+        objs.extend(loaded)
+    if not objs:
+        raise CliError("publish: give at least one --segment JSON or --segments-file FILE")
+    return objs
+
+
+def cmd_task(args: argparse.Namespace) -> int:
+    """One request of an ingestion task; prints every decision seen for it as a JSON line."""
+    import orjson
+
+    from events.instant import parse_instant
+    from events.interval import IntervalError
+    from events.schema import decode_record
+    from events.segment import SegmentDescriptor
+    from events.topics import Topics
+    from streaming.task_client import RequestRefused, TaskClient, TaskClientError
+
+    topics = Topics(args.topic_prefix) if args.topic_prefix is not None else config.topics()
+    if args.timeout <= 0:
+        raise CliError(f"--timeout: must be > 0, got {args.timeout}")
+    segments = []
+    if args.action == "publish":
+        segments = [decode_record(SegmentDescriptor, obj, f"segments[{i}]")
+                    for i, obj in enumerate(_segments_arg(args))]
+    try:
+        client = TaskClient(_bootstrap(args), topics, args.task_id, args.group_id or args.task_id, args.task_type,
+                            args.datasource, args.priority, timeout=args.timeout)
+    except TaskClientError as e:
+        raise CliError(str(e)) from None
+    try:
+        if args.action == "start":
+            decision = client.start()
+        elif args.action == "lock":
+            parts = [int(p) for p in args.partition_ids.split(",")] if args.partition_ids else None
+            decision = client.lock(args.interval, args.lock_type, args.granularity, partition_ids=parts)
+        elif args.action == "allocate":
+            try:
+                timestamp = int(args.timestamp) if args.timestamp.isdigit() else parse_instant(args.timestamp)
+            except ValueError as e:
+                raise CliError(f"--timestamp: {e}") from None
+            decision = client.allocate(timestamp, args.sequence_name, args.previous_segment_id,
+                                       interval=args.interval, lock_granularity=args.lock_granularity,
+                                       lock_type=args.lock_type, skip_lineage_check=args.skip_lineage_check)
+        elif args.action == "publish":
+            decision = client.publish(segments, _json_arg("--start-metadata", args.start_metadata),  # type: ignore[arg-type]
+                                      _json_arg("--end-metadata", args.end_metadata))  # type: ignore[arg-type]
+        else:
+            decision = client.finish(args.status)
+    except RequestRefused as e:
+        for env in e.seen:
+            print(orjson.dumps(env.to_json()).decode())
+        print(f"segcoord: refused: {e}", file=sys.stderr)
+        return 1
+    except IntervalError as e:
+        raise CliError(f"--interval: {e}") from None
+    except (TaskClientError, ValueError) as e:
+        raise CliError(str(e)) from None
+    finally:
+        client.close()
+    for env in decision.seen:
+        print(orjson.dumps(env.to_json()).decode())
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -282,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep-broker", action="store_true", help="leave a broker the demo started running")
     demo.set_defaults(func=cmd_demo)
 
-    run = sub.add_parser("run", help="run the coordinator service (the timeline agent) until SIGTERM/SIGINT")
+    run = sub.add_parser("run", help="run the coordinator service (timeline and lockbox agents) until SIGTERM/SIGINT")
     run.add_argument("--bootstrap", help="HOST:PORT (default $SEGCOORD_BOOTSTRAP, else the local broker)")
     run.add_argument("--state-dir", help="RocksDB state folder (default $SEGCOORD_HOME/service/<prefix>)")
     run.add_argument("--topic-prefix", help="topic name prefix (default $SEGCOORD_TOPIC_PREFIX or 'segcoord.')")
@@ -365,6 +495,20 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--no-cost", action="store_true", help="skip the total-cost metrics (slow on big clusters)")
     sim.set_defaults(func=cmd_simulate)
 
+    rep = sub.add_parser("replay", help="rebuild timeline, locks and placement from the topics as of a point")
+    rep.add_argument("--until", metavar="TIME|TOPIC:PARTITION:OFFSET", help="stop there (default: the end)")
+    rep.add_argument("--json", action="store_true")
+    rep.add_argument("--bootstrap", metavar="HOST:PORT")
+    rep.add_argument("--topic-prefix", default=None)
+    rep.set_defaults(func=cmd_replay)
+    aud = sub.add_parser("audit", help="check the whole log's invariants; exit 1 when any is violated")
+    aud.add_argument("--command-timeout-ms", type=int, default=15 * 60_000,
+                     help="a command unanswered this long before the log's end is a violation (default 15 min)")
+    aud.add_argument("--json", action="store_true")
+    aud.add_argument("--bootstrap", metavar="HOST:PORT")
+    aud.add_argument("--topic-prefix", default=None)
+    aud.set_defaults(func=cmd_audit)
+
     hist = sub.add_parser("historical", help="a simulated historical: executes its load/drop commands, announces")
     hist.add_argument("--name", required=True)
     hist.add_argument("--tier", default="_default_tier")
@@ -379,6 +523,48 @@ def build_parser() -> argparse.ArgumentParser:
     validate = esub.add_parser("validate", help="validate a JSON-lines file of envelopes")
     validate.add_argument("file")
     validate.set_defaults(func=cmd_events_validate)
+    task = sub.add_parser("task", help="an ingestion task's requests to the lockbox agent; prints decisions as JSON")
+    task_sub = task.add_subparsers(dest="action", metavar="ACTION", required=True)
+    task_actions = {
+        "start": "register the task (answered by task_registered)",
+        "lock": "request a lock (waits through lock_waiting; exit 1 when denied)",
+        "allocate": "allocate a segment id for a row (exit 1 when denied)",
+        "publish": "publish segments (exit 1 when rejected)",
+        "finish": "end the task and release its locks",
+    }
+    for name, helptext in task_actions.items():
+        tp = task_sub.add_parser(name, help=helptext)
+        tp.add_argument("--task-id", required=True)
+        tp.add_argument("--datasource", required=True)
+        tp.add_argument("--group-id", help="task group (default: the task id)")
+        tp.add_argument("--task-type", default="index_kafka", help="Druid task type (default index_kafka)")
+        tp.add_argument("--priority", type=int, help="lock priority (default: by task type)")
+        tp.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the decision (default 30)")
+        tp.add_argument("--bootstrap", metavar="HOST:PORT")
+        tp.add_argument("--topic-prefix", default=None)
+        tp.set_defaults(func=cmd_task)
+        if name == "lock":
+            tp.add_argument("--interval", required=True, metavar="START/END")
+            tp.add_argument("--lock-type", default="exclusive", choices=("exclusive", "shared", "append", "replace"))
+            tp.add_argument("--granularity", default="timeChunk", choices=("timeChunk", "segment"))
+            tp.add_argument("--partition-ids", metavar="0,1,...", help="partitions of a segment lock")
+        elif name == "allocate":
+            tp.add_argument("--timestamp", required=True, help="ISO-8601 instant or epoch milliseconds")
+            tp.add_argument("--sequence-name", required=True)
+            tp.add_argument("--previous-segment-id")
+            tp.add_argument("--interval", metavar="START/END", help="the time chunk (default: an existing one)")
+            tp.add_argument("--lock-granularity", default="timeChunk", choices=("timeChunk", "segment"))
+            tp.add_argument("--lock-type", default="exclusive", choices=("exclusive", "shared", "append", "replace"))
+            tp.add_argument("--skip-lineage-check", action="store_true")
+        elif name == "publish":
+            tp.add_argument("--segment", action="append", default=[], metavar="JSON",
+                            help="a segment descriptor (Druid DataSegment JSON); repeatable")
+            tp.add_argument("--segments-file", metavar="FILE",
+                            help="a JSON list or JSON lines of descriptors; - = stdin")
+            tp.add_argument("--start-metadata", metavar="JSON")
+            tp.add_argument("--end-metadata", metavar="JSON")
+        elif name == "finish":
+            tp.add_argument("--status", default="success", choices=("success", "failed"))
     return parser
 
 
