@@ -115,7 +115,7 @@ class EventConsumer:
             letter,
             derived_event_id(msg.topic(), msg.partition(), msg.offset(), 0),
             Instant(max(timestamp, 0)),
-            _key_text(key),
+            key_text(key),
         )
         self._dlq.send(envelope)
 
@@ -143,7 +143,8 @@ class EventConsumer:
                 self._dlq.flush()
 
 
-def _key_text(key: bytes | None) -> str:
+def key_text(key: bytes | None) -> str:
+    """A message key as text for an envelope (base64 when it is not UTF-8)."""
     if key is None:
         return ""
     try:

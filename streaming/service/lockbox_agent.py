@@ -64,6 +64,7 @@ from events.registry import Event
 from events.schema import EventValidationError, Instant
 from events.segments import SegmentsPublished
 from events.topics import LOCK_REQUESTS, Topics
+from streaming.consumer import key_text
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import AgentCounters, InputRecord, Sink
 
@@ -157,7 +158,7 @@ class LockboxAgent:
             original_key=None if rec.key is None else base64.b64encode(rec.key).decode(),
         )
         self.sink.send(Envelope(letter, derived_event_id(rec.topic, rec.partition, rec.offset, 0),
-                                Instant(max(rec.timestamp_ms, 0)), _key_text(rec.key)))
+                                Instant(max(rec.timestamp_ms, 0)), key_text(rec.key)))
         self.counters.dead_lettered += 1
         self.counters.last_reasons = [*self.counters.last_reasons[-9:], reason]
 
@@ -180,12 +181,3 @@ def load_lockbox(store: AgentStateStore) -> tuple[Lockbox, int]:
 def stored_requests(store: AgentStateStore) -> list[Envelope[Event]]:
     """The applied requests, in the order the agent applied them."""
     return [decode(v) for _, v in store.scan(INPUT_PREFIX)]
-
-
-def _key_text(key: bytes | None) -> str:
-    if key is None:
-        return ""
-    try:
-        return key.decode()
-    except UnicodeDecodeError:
-        return base64.b64encode(key).decode()

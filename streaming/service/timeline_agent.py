@@ -42,6 +42,7 @@ from events.schema import EventValidationError, Instant
 from events.segment import SegmentId
 from events.topics import SEGMENTS, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
+from streaming.consumer import key_text
 from streaming.service.state import AgentStateStore, StoreBatch
 from streaming.service.timeline_facts import (
     ID_PREFIX,
@@ -175,7 +176,7 @@ class TimelineAgent:
             original_key=None if rec.key is None else base64.b64encode(rec.key).decode(),
         )
         self.sink.send(Envelope(letter, derived_event_id(rec.topic, rec.partition, rec.offset, 0),
-                                Instant(max(rec.timestamp_ms, 0)), _key_text(rec.key)))
+                                Instant(max(rec.timestamp_ms, 0)), key_text(rec.key)))
         self.counters.dead_lettered += 1
         self.counters.last_reasons = [*self.counters.last_reasons[-9:], reason]
 
@@ -193,12 +194,3 @@ def stored_states(store: AgentStateStore) -> dict[SegmentId, SegmentState]:
 
 def stored_facts(store: AgentStateStore) -> dict[SegmentId, SegmentFacts]:
     return {parse_id_key(k[len(SEG_PREFIX):]): SegmentFacts.from_bytes(v) for k, v in store.scan(SEG_PREFIX)}
-
-
-def _key_text(key: bytes | None) -> str:
-    if key is None:
-        return ""
-    try:
-        return key.decode()
-    except UnicodeDecodeError:
-        return base64.b64encode(key).decode()
