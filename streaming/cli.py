@@ -295,14 +295,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     topics = Topics(args.topic_prefix) if args.topic_prefix is not None else config.topics()
     bootstrap = args.bootstrap or os.environ.get("SEGCOORD_BOOTSTRAP")
+    if args.plan_every <= 0:
+        raise CliError(f"--plan-every: must be a positive number of seconds, got {args.plan_every}")
     if not bootstrap:
         bootstrap = _broker(args).start()  # starts the local broker, or reuses the running one
     create_topics(bootstrap, topics)
     state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / topics.prefix.rstrip(".")
-    print(f"segcoord run: timeline and lockbox agents on {bootstrap}, topics {topics.prefix}*, state {state_dir}",
-          flush=True)
+    print(f"segcoord run: timeline, lockbox and planner agents on {bootstrap}, topics {topics.prefix}*, "
+          f"state {state_dir}", flush=True)
     try:
-        return run_service(bootstrap, topics, state_dir, loglevel=args.log_level)
+        return run_service(bootstrap, topics, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every)
     except StateStoreError as e:
         raise CliError(f"--state-dir: {e}") from None
 
@@ -412,11 +414,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep-broker", action="store_true", help="leave a broker the demo started running")
     demo.set_defaults(func=cmd_demo)
 
-    run = sub.add_parser("run", help="run the coordinator service (timeline and lockbox agents) until SIGTERM/SIGINT")
+    run = sub.add_parser("run", help="run the coordinator service (timeline, lockbox and planner agents) until "
+                                          "SIGTERM/SIGINT")
     run.add_argument("--bootstrap", help="HOST:PORT (default $SEGCOORD_BOOTSTRAP, else the local broker)")
     run.add_argument("--state-dir", help="RocksDB state folder (default $SEGCOORD_HOME/service/<prefix>)")
     run.add_argument("--topic-prefix", help="topic name prefix (default $SEGCOORD_TOPIC_PREFIX or 'segcoord.')")
     run.add_argument("--log-level", default="warn", choices=("crit", "error", "warn", "info", "debug"))
+    run.add_argument("--plan-every", type=float, default=5.0, metavar="SECONDS",
+                     help="the planner's timer period; it also plans at once on every relevant event (default 5)")
     run.set_defaults(func=cmd_run)
 
     kafka = sub.add_parser("kafka", help="the local single-node Kafka broker (KRaft, from Maven jars)")

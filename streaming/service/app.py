@@ -1,8 +1,14 @@
-"""The coordinator service: one Faust (faust-streaming 0.15.3) worker per ``segcoord run``: timeline and lockbox agents.
+"""The coordinator service: one Faust (faust-streaming 0.15.3) worker per ``segcoord run``: timeline, lockbox
+and planner agents.
 
 Each agent has its own RocksDB store (``<state dir>/timeline``,
-``<state dir>/lockbox``), its own producer and its own input topic
-(``segments``, ``lock-requests``); both are positioned from their store.
+``<state dir>/lockbox``, ``<state dir>/planner``) and its own producer; inputs:
+``segments`` (timeline), ``lock-requests`` (lockbox), ``segments`` + ``cluster``
++ ``commands`` (planner), all positioned from the stores. A topic two agents
+read (``segments``) is fetched once by the worker's one consumer and delivered
+to both: it is positioned at the lower of their stored offsets, and each agent
+skips what its own store says it applied. The planner also runs on a timer
+(``plan_every_s``, 5 s by default), in the same event loop as the agents.
 
 Positioning is ours, not Faust's. Faust positions stream partitions in its
 recovery service (``Recovery._resume_streams``: it sends ``on_rebalance_complete``,
@@ -40,15 +46,18 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from events.topics import LOCK_REQUESTS, SEGMENTS, Topics
+from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, Topics
 from streaming.producer import EventProducer
 from streaming.service import lockbox_agent as lockbox_mod
+from streaming.service import planner_agent as planner_mod
 from streaming.service import timeline_agent as timeline_mod
 from streaming.service.lockbox_agent import LockboxAgent
+from streaming.service.planner_agent import PlannerAgent
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import InputRecord, TimelineAgent
 
@@ -57,14 +66,20 @@ log = logging.getLogger("segcoord.service")
 BATCH_MAX = 1000
 BATCH_WITHIN_S = 0.05
 EXIT_AGENT_FAILED = 70
+PLAN_EVERY_S = 5.0
 
 
 StoredOffsets = Callable[[], dict[tuple[str, int], int]]
 
 
-def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: LockboxAgent) -> Any:
-    """A Faust app with the timeline agent over every partition of ``segments`` and the lockbox agent over
-    every partition of ``lock-requests``."""
+Agent = TimelineAgent | LockboxAgent | PlannerAgent
+
+
+def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: LockboxAgent,
+              planner: PlannerAgent | None = None, plan_every_s: float = PLAN_EVERY_S) -> Any:
+    """A Faust app with the timeline agent over every partition of ``segments``, the lockbox agent over
+    every partition of ``lock-requests`` and (when given) the planner over ``segments``, ``cluster`` and
+    ``commands`` plus its timer."""
     import faust
 
     app_id = f"{topics.prefix}coordinator"
@@ -81,18 +96,42 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
         broker_heartbeat_interval=1.0,
         stream_buffer_maxsize=4 * BATCH_MAX,
     )
-    agents: list[tuple[str, str, TimelineAgent | LockboxAgent]] = [
-        ("timeline", topics.name(SEGMENTS), timeline),
-        ("lockbox", topics.name(LOCK_REQUESTS), lockbox),
+    agents: list[tuple[str, tuple[str, ...], Agent]] = [
+        ("timeline", (topics.name(SEGMENTS),), timeline),
+        ("lockbox", (topics.name(LOCK_REQUESTS),), lockbox),
     ]
-    for name, topic_name, agent in agents:
-        topic = app.topic(topic_name, key_serializer="raw", value_serializer="raw")
+    if planner is not None:
+        agents.append(("planner", tuple(topics.name(t) for t in (SEGMENTS, CLUSTER, COMMANDS)), planner))
+    stored: dict[str, list[StoredOffsets]] = {}
+    for name, topic_names, agent in agents:
+        topic = app.topic(*topic_names, key_serializer="raw", value_serializer="raw")
         app.agent(topic, name=f"{app_id}.{name}")(_agent_body(name, agent))
-    _position_from_store(app, {topic_name: agent.next_offsets for _, topic_name, agent in agents})
+        for topic_name in topic_names:
+            stored.setdefault(topic_name, []).append(agent.next_offsets)
+    if planner is not None:
+        app.timer(plan_every_s, name=f"{app_id}.planner-timer")(_planner_timer(planner))
+    _position_from_store(app, stored)
     return app
 
 
-def _agent_body(name: str, agent: TimelineAgent | LockboxAgent) -> Callable[[Any], Any]:
+def _planner_timer(planner: PlannerAgent) -> Callable[[], Any]:
+    """The planner's timer run; skipped until the agent has applied a batch in this process and while its last
+    batch was full (catching up: a run on a stale view could repeat commands the unread log already holds)."""
+
+    async def planner_timer() -> None:
+        if planner.batches_since_start == 0 or planner.last_batch_size >= BATCH_MAX:
+            return
+        try:
+            planner.tick(int(time.time() * 1000))
+        except Exception:
+            log.exception("planner timer run failed; exiting so a restart resumes from the store")
+            logging.shutdown()
+            os._exit(EXIT_AGENT_FAILED)
+
+    return planner_timer
+
+
+def _agent_body(name: str, agent: Agent) -> Callable[[Any], Any]:
     """The Faust agent coroutine: batches of records into ``agent.process``; any failure exits the process."""
 
     async def body(stream: Any) -> None:
@@ -112,19 +151,21 @@ def _agent_body(name: str, agent: TimelineAgent | LockboxAgent) -> Callable[[Any
     return body
 
 
-def _position_from_store(app: Any, stored: dict[str, StoredOffsets]) -> None:
+def _position_from_store(app: Any, stored: dict[str, list[StoredOffsets]]) -> None:
     """Make Faust's post-assignment seek go to the stored offsets (or the beginning), not Kafka's commits.
 
-    ``stored`` maps each input topic to its agent's stored next offsets."""
+    ``stored`` maps each input topic to the stored next offsets of every agent reading it; a partition is
+    positioned at the lowest of them (the beginning when any agent never applied it)."""
     consumer = app.consumer
 
     async def seek_to_stored() -> dict[Any, int]:
-        offsets = {topic: read() for topic, read in stored.items()}
+        offsets = {topic: [read() for read in readers] for topic, readers in stored.items()}
         positions: dict[Any, int] = {}
         for tp in sorted(consumer.assignment()):
             if tp.topic not in offsets:
                 continue
-            offset = offsets[tp.topic].get((tp.topic, tp.partition))
+            known = [agent_offsets.get((tp.topic, tp.partition)) for agent_offsets in offsets[tp.topic]]
+            offset = None if any(o is None for o in known) else min(o for o in known if o is not None)
             if offset is None:
                 offset = (await consumer.earliest_offsets(tp))[tp]
             await consumer._seek(tp, offset)
@@ -139,7 +180,8 @@ def _resume_text(offsets: dict[tuple[str, int], int]) -> str:
     return ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(offsets.items())) or "the beginning"
 
 
-def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: str = "warn") -> int:
+def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: str = "warn",
+                plan_every_s: float = PLAN_EVERY_S) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out."""
     import faust
 
@@ -148,9 +190,13 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                                                        timeline_mod.FORMAT_VERSION))
         lb_store = stack.enter_context(AgentStateStore(state_dir / lockbox_mod.STORE_NAME,
                                                        lockbox_mod.FORMAT_VERSION))
+        pl_store = stack.enter_context(AgentStateStore(state_dir / planner_mod.STORE_NAME,
+                                                       planner_mod.FORMAT_VERSION))
         tl_producer = EventProducer(bootstrap, topics)
         lb_producer = EventProducer(bootstrap, topics)
+        pl_producer = EventProducer(bootstrap, topics)
         stack.callback(sys.stdout.flush)
+        stack.callback(pl_producer.flush)
         stack.callback(lb_producer.flush)
         stack.callback(tl_producer.flush)
         timeline = TimelineAgent(tl_store, topics, tl_producer)
@@ -161,7 +207,13 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         print(f"lockbox agent: {lockbox.counters_restored} requests restored, resuming from "
               f"{_resume_text(lockbox.next_offsets())}"
               f"{' (store wiped: older format)' if lb_store.wiped else ''}", flush=True)
-        app = build_app(bootstrap, topics, timeline, lockbox)
+        planner = PlannerAgent(pl_store, topics, pl_producer)
+        print(f"planner agent: {len(planner.state.servers)} servers, {len(planner.state.used)} used segments, "
+              f"{len(planner.state.queue)} commands in flight restored; resuming from "
+              f"{_resume_text(planner.next_offsets())}"
+              f"{' (store wiped: older format)' if pl_store.wiped else ''}, planning every {plan_every_s:g}s",
+              flush=True)
+        app = build_app(bootstrap, topics, timeline, lockbox, planner, plan_every_s)
         worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
         try:
             worker.execute_from_commandline()

@@ -1,0 +1,191 @@
+"""The planner agent of ``segcoord run`` on the real broker, with two simulated historicals in threads.
+
+Servers join, rules say ``loadForever`` one replica, a publish lands on
+``segments``: LoadSegment commands go out at once (well before the timer's
+period), the historicals load and announce, the planner settles its queue from
+the answers; a rule change to ``dropForever`` marks the segments unused and
+drops them from the servers. Finally the planner's store is checked against
+what the log says, and a restart re-plans nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+
+from events import Envelope, Event, Interval, SegmentDescriptor, Topics, decode
+from events.cluster import RulesSet, ServerJoined
+from events.commands import DropSegment, LoadSegment
+from events.schema import Instant
+from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
+from events.topics import COMMANDS, SEGMENTS
+from streaming.historical import Historical
+from streaming.producer import EventProducer
+from streaming.service.planner_agent import FORMAT_VERSION, STORE_NAME, load_state
+from streaming.service.state import AgentStateStore
+from tests.integration.test_service_timeline import SEGCOORD, T0, Service, read_all
+
+pytestmark = pytest.mark.integration
+DAY = 86_400_000
+
+
+class PlanService(Service):
+    """``segcoord run`` with a long planner period: what happens at once is not the timer's doing."""
+
+    def __init__(self, bootstrap: str, topics: Topics, state_dir: Path, log: Path, plan_every: float = 60) -> None:
+        super().__init__(bootstrap, topics, state_dir, log)
+        self.args = [SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix,
+                     "--state-dir", str(state_dir), "--plan-every", str(plan_every)]
+
+
+def decoded(bootstrap: str, topics: Topics, name: str) -> list[Envelope[Event]]:
+    for attempt in range(20):  # a topic just created may have no leader yet
+        try:
+            return [decode(r.value) for r in read_all(bootstrap, topics.name(name))]
+        except KafkaException:
+            if attempt == 19:
+                raise
+            time.sleep(0.5)
+    return []
+
+
+def wait_for(what: str, check: Callable[[], Any], service: Service, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert service.alive(), f"segcoord run exited; log:\n{service.log.read_text()[-3000:]}"
+        got = check()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"no {what} after {timeout}s; log:\n{service.log.read_text()[-3000:]}")
+
+
+class Historicals:
+    """Simulated historicals in threads, stopped (ServerLeft) at the end."""
+
+    def __init__(self, bootstrap: str, topics: Topics, names: list[str], max_size: int = 10_000) -> None:
+        self.stop = threading.Event()
+        self.servers = [Historical(n, "hot", max_size, bootstrap, topics, load_ms=20) for n in names]
+        self.threads = [threading.Thread(target=s.run, args=(self.stop,), daemon=True) for s in self.servers]
+
+    def __enter__(self) -> Historicals:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+
+
+@pytest.fixture
+def service(kafka_bootstrap: str, topics: Topics, tmp_path: Path) -> Iterator[PlanService]:
+    svc = PlanService(kafka_bootstrap, topics, tmp_path / "state", tmp_path / "run.log")
+    svc.start()
+    try:
+        yield svc
+    finally:
+        assert svc.stop() == 0
+
+
+def seg(d: int, version: str = "v1", size: int = 1000) -> SegmentDescriptor:
+    return SegmentDescriptor("wiki", Interval(T0 + d * DAY, T0 + (d + 1) * DAY), version, 0, size)
+
+
+def send(bootstrap: str, topics: Topics, event: Event, key: str) -> Envelope[Event]:
+    env = Envelope(event, uuid.uuid4().hex, Instant(int(time.time() * 1000)), key)
+    producer = EventProducer(bootstrap, topics)
+    try:
+        producer.send(env)
+        producer.flush()
+    finally:
+        producer.close()
+    return env
+
+
+def test_publish_loads_at_once_and_drop_rule_unloads(kafka_bootstrap: str, topics: Topics, tmp_path: Path,
+                                                      service: PlanService) -> None:
+    started = time.monotonic()
+    with Historicals(kafka_bootstrap, topics, ["h1", "h2"]):
+        def joined() -> bool:
+            return {e.event.server for e in decoded(kafka_bootstrap, topics, "cluster")  # type: ignore[attr-defined]
+                    if isinstance(e.event, ServerJoined)} == {"h1", "h2"}
+
+        wait_for("both servers joined", joined, service)
+        send(kafka_bootstrap, topics, RulesSet(data_source="wiki", rules=(
+            {"type": "loadForever", "tieredReplicants": {"hot": 1}},)), "rules/wiki")
+        segments = (seg(0), seg(1), seg(2))
+        published = send(kafka_bootstrap, topics, SegmentsPublished(task_id="t1", segments=segments), "wiki")
+        sent_at = time.monotonic()
+
+        # LoadSegment for each segment, one replica each, caused by the publish, well before the 60 s timer
+        def load_commands() -> list[Envelope[Event]]:
+            got = [e for e in decoded(kafka_bootstrap, topics, COMMANDS) if isinstance(e.event, LoadSegment)]
+            return got if len(got) >= 3 else []
+
+        loads = wait_for("3 loads", load_commands, service)
+        assert time.monotonic() - sent_at < 10
+        assert len(loads) == 3
+        assert sorted(str(e.event.segment.id) for e in loads) == sorted(str(s.id) for s in segments)  # type: ignore[attr-defined]
+        assert {e.causation_id for e in loads} == {published.event_id}
+        assert all(e.key == e.event.server and e.event.command_id == e.event_id for e in loads)  # type: ignore[attr-defined]
+
+        # the historicals load and announce; every load is answered
+        def announced() -> dict[str, str]:
+            got = {e.causation_id: e.event.server for e in decoded(kafka_bootstrap, topics, SEGMENTS)  # type: ignore[attr-defined]
+                   if isinstance(e.event, SegmentAnnounced)}
+            return got if all(e.event_id in got for e in loads) else {}
+
+        answers = wait_for("announces", announced, service)
+        assert {answers[e.event_id] for e in loads} <= {"h1", "h2"}
+
+        # the planner saw the answers: nothing is in flight; no further loads were issued
+        time.sleep(1.5)
+        assert len([e for e in decoded(kafka_bootstrap, topics, COMMANDS) if isinstance(e.event, LoadSegment)]) == 3
+
+        # dropForever: marked unused on `segments`, and every copy dropped
+        rule_change = send(kafka_bootstrap, topics, RulesSet(data_source="wiki", rules=({"type": "dropForever"},)),
+                           "rules/wiki")
+
+        def unused() -> list[Envelope[Event]]:
+            return [e for e in decoded(kafka_bootstrap, topics, SEGMENTS) if isinstance(e.event, SegmentsMarkedUnused)]
+
+        marks = wait_for("unused marks", unused, service)
+        assert sorted(t for m in marks for t in m.event.segment_ids) == sorted(str(s.id) for s in segments)  # type: ignore[attr-defined]
+        assert marks[0].causation_id == rule_change.event_id
+
+        def unannounced() -> list[Envelope[Event]]:
+            got = [e for e in decoded(kafka_bootstrap, topics, SEGMENTS) if isinstance(e.event, SegmentUnannounced)]
+            return got if len(got) >= 3 else []
+
+        gone = wait_for("unannounces", unannounced, service)
+        drops = [e for e in decoded(kafka_bootstrap, topics, COMMANDS) if isinstance(e.event, DropSegment)]
+        assert len(drops) == 3 and {e.causation_id for e in gone} == {e.event_id for e in drops}
+        assert {(e.event.server, e.event.segment_id) for e in gone} == {  # type: ignore[attr-defined]
+            (answers[e.event_id], str(e.event.segment.id)) for e in loads}  # type: ignore[attr-defined]
+        time.sleep(1.0)
+    assert service.stop() == 0
+
+    # the store: nothing in flight, nothing used or held, both servers known (they left when stopped)
+    with AgentStateStore(tmp_path / "state" / STORE_NAME, FORMAT_VERSION) as store:
+        st = load_state(store)
+        assert st.queue == {} and st.used == set()
+        assert all(not held for held in st.held.values())
+        assert sorted(st.servers) == ["h1", "h2"]
+        assert st.start is not None and st.runs >= 4
+    commands_before = len(read_all(kafka_bootstrap, topics.name(COMMANDS)))
+
+    # a restart resumes from the store and re-plans nothing
+    service.start()
+    time.sleep(3)
+    assert service.alive()
+    assert len(read_all(kafka_bootstrap, topics.name(COMMANDS))) == commands_before
+    assert time.monotonic() - started < 60
