@@ -22,5 +22,5 @@ class DeadLettered(Event):
     topic: str = wire("topic")
     partition: int = wire("partition", minimum=0)
     offset: int = wire("offset", minimum=0)
-    original_value: str | None = wire("originalValue", None)
-    original_key: str | None = wire("originalKey", None)
+    original_value: str | None = wire("originalValue", None, allow_empty=True)  # base64 of b"" is ""
+    original_key: str | None = wire("originalKey", None, allow_empty=True)

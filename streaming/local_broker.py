@@ -72,7 +72,10 @@ def free_port() -> int:
 
 
 def port_free(port: int) -> bool:
+    """Whether the broker could bind the port. SO_REUSEADDR as the JVM binds: a port held only by TIME_WAIT
+    leftovers of a killed broker's connections is free (else a restart would move to another port)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -1,0 +1,258 @@
+"""Benchmark: ``segcoord run`` (the Faust worker) on a real broker: agent throughput and visibility latency.
+
+Three measurements, each against a fresh topic prefix and an empty state folder:
+
+1. **Timeline agent throughput**: N segments events (publishes, announces, unannounces, marks unused over
+   6 data sources) are produced first; then ``segcoord run`` starts as a subprocess and the clock runs until
+   the ``timeline`` topic holds every visibility change a pure fold predicts. Reported: events/s from the
+   process start (includes the worker's start-up) and from its first output (steady state).
+2. **Lockbox agent throughput**: the same with M task requests (lifecycles of start, lock, allocate, publish,
+   finish) and the ``locks`` topic.
+3. **Visibility latency**: with the worker of (1) still running and caught up, a paced stream of publishes and
+   announces (``--paced`` events at ``--rate`` per second); latency = time the visibility change is read by a
+   consumer minus the time its input was produced (both wall clock in this process), p50 / p99 / max; and the
+   p99 as a ratio against Druid's 60 s coordinator / metadata poll period.
+
+Baseline in the same run: a pure in-process fold of the same events (decode + ``Timelines.apply``, decode +
+``Lockbox.handle``), printed with the service/fold ratio.
+
+Run: ``.venv/bin/python -m bench.service [--segments 50000] [--requests 20000] [--paced 1000] [--rate 500]``.
+With ``SEGCOORD_BOOTSTRAP`` set it uses that broker; otherwise it starts its own local broker (127.0.0.1 only)
+under a temporary home and stops it at the end. It always stops by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from coordinator.locks.lockbox import Lockbox
+from coordinator.timeline.timelines import Timelines
+from events import Envelope, Event, Interval, SegmentDescriptor, Topics, decode, encode
+from events.schema import Instant
+from events.segments import SegmentAnnounced, SegmentsPublished
+from events.topics import LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
+from streaming.admin import create_topics
+from streaming.producer import EventProducer
+
+SEGCOORD = str(Path(sys.executable).parent / "segcoord")
+T0 = 1_795_219_200_000
+DAY = 86_400_000
+
+
+def segment_events(n: int, seed: int = 1) -> list[Envelope[Event]]:
+    from tests.integration.test_service_timeline import segment_stream
+
+    return segment_stream(random.Random(seed), n)
+
+
+def request_events(n: int, seed: int = 2) -> list[Envelope[Event]]:
+    from tests.integration.test_service_lockbox import request_stream
+
+    out: list[Envelope[Event]] = []
+    tasks = max(1, n // 5)
+    while len(out) < n:
+        out = [e for e in request_stream(random.Random(seed), tasks) if not isinstance(e, bytes)]
+        tasks = int(tasks * 1.1) + 1
+    return out
+
+
+def fold_timeline(values: list[bytes]) -> tuple[int, float]:
+    """Visibility changes a pure fold emits, and its events/s (decode included, as the agent decodes)."""
+    started = time.perf_counter()
+    timelines, seen, changes = Timelines(), set(), 0
+    for v in values:
+        e = decode(v)
+        if e.event_id in seen:
+            continue
+        seen.add(e.event_id)
+        changes += len(timelines.apply(e.event))
+    return changes, len(values) / (time.perf_counter() - started)
+
+
+def fold_lockbox(values: list[bytes]) -> tuple[int, float]:
+    started = time.perf_counter()
+    box, seen, decisions = Lockbox(), set(), 0
+    for v in values:
+        e = decode(v)
+        if e.event_id in seen:
+            continue
+        seen.add(e.event_id)
+        decisions += len(box.handle(e))
+    return decisions, len(values) / (time.perf_counter() - started)
+
+
+def end_offset(bootstrap: str, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
+    try:
+        return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        c.close()
+
+
+class Worker:
+    def __init__(self, bootstrap: str, topics: Topics, state: Path, log: Path) -> None:
+        self.log = log
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix, "--state-dir",
+                 str(state)], stdout=out, stderr=subprocess.STDOUT)
+        self.started = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def wait_output(bootstrap: str, topic: str, want: int, worker: Worker, timeout: float) -> tuple[float, float]:
+    """Seconds from the worker's start until ``topic`` holds ``want`` records, and until its first record."""
+    first = None
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if worker.proc.poll() is not None:
+            raise SystemExit(f"segcoord run exited ({worker.proc.returncode}); see {worker.log}")
+        got = end_offset(bootstrap, topic)
+        now = time.perf_counter() - worker.started
+        if got and first is None:
+            first = now
+        if got >= want:
+            return now, first or now
+        time.sleep(0.05)
+    raise SystemExit(f"{topic}: fewer than {want} records after {timeout:.0f}s; see {worker.log}")
+
+
+def produce(bootstrap: str, topics: Topics, events: list[Envelope[Event]]) -> list[bytes]:
+    producer = EventProducer(bootstrap, topics)
+    values = []
+    for e in events:
+        values.append(encode(e))
+        producer.send(e)
+    producer.flush(120)
+    return values
+
+
+def throughput(bootstrap: str, work: Path, logical_in: str, logical_out: str, events: list[Envelope[Event]],
+               fold, label: str) -> tuple[Worker, Topics]:  # type: ignore[no-untyped-def]
+    topics = Topics(f"bench{uuid.uuid4().hex[:8]}.")
+    create_topics(bootstrap, topics, partitions=1)
+    values = produce(bootstrap, topics, events)
+    outputs, fold_rate = fold(values)
+    worker = Worker(bootstrap, topics, work / f"state-{label}", work / f"{label}.log")
+    total, first = wait_output(bootstrap, topics.name(logical_out), outputs, worker, timeout=600)
+    rate, steady = len(values) / total, len(values) / max(total - first, 1e-9)
+    print(f"{label} agent: {len(values)} {logical_in} events -> {outputs} {logical_out} records in {total:.2f}s "
+          f"from process start (first output at {first:.2f}s): {rate:,.0f} events/s overall, "
+          f"{steady:,.0f} events/s after the first output")
+    print(f"  baseline pure fold in-process: {fold_rate:,.0f} events/s; service/fold = {steady / fold_rate:.2f} "
+          f"(steady), {rate / fold_rate:.2f} (overall)")
+    return worker, topics
+
+
+def latency(bootstrap: str, topics: Topics, paced: int, rate: float) -> None:
+    """Publish + announce pairs at ``rate`` events/s; latency from produce to the visibility change being read."""
+    topic = topics.name(TIMELINE)
+    start_at = end_offset(bootstrap, topic)
+    sent_at: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    expected = paced
+    stop = threading.Event()
+
+    def consume() -> None:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                      "fetch.wait.max.ms": 5, "enable.auto.commit": False})
+        c.assign([TopicPartition(topic, 0, start_at)])
+        try:
+            while not stop.is_set() and len(seen) < expected:
+                for m in c.consume(1000, 0.05):
+                    if m.error() is None:
+                        cause = decode(m.value()).causation_id
+                        if cause is not None:
+                            seen.setdefault(cause, time.time())
+        finally:
+            c.close()
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    time.sleep(1.0)  # the reader is assigned and fetching
+    producer = EventProducer(bootstrap, topics, extra={"linger.ms": 0})
+    began = time.perf_counter()
+    for i in range(paced // 2):
+        iv = Interval(T0 + (1000 + i) * DAY, T0 + (1001 + i) * DAY)
+        seg = SegmentDescriptor("latency", iv, "v1", 0, 1000)
+        for j, ev in enumerate((SegmentsPublished(task_id=f"lat{i}", segments=(seg,)),
+                                SegmentAnnounced(server="h1", segment=seg))):
+            event_id = f"lat{i}-{j}"
+            sent_at[event_id] = time.time()
+            producer.send(Envelope(ev, event_id, Instant(int(time.time() * 1000)), "latency"))
+            producer._producer.poll(0)
+            target = began + (2 * i + j + 1) / rate
+            pause = target - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+    producer.flush()
+    reader.join(30)
+    stop.set()
+    lat = sorted((seen[k] - sent_at[k]) * 1000 for k in sent_at if k in seen)
+    if not lat:
+        print("latency: no visibility change observed")
+        return
+    p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    print(f"visibility latency, produce -> change read ({len(lat)}/{len(sent_at)} inputs at {rate:.0f}/s): "
+          f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms; p99 / 60 s Druid poll = {p99 / 60_000:.5f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--segments", type=int, default=50_000)
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--paced", type=int, default=1000)
+    parser.add_argument("--rate", type=float, default=500.0)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
+        work = Path(tmp)
+        broker = None
+        bootstrap = os.environ.get("SEGCOORD_BOOTSTRAP")
+        if not bootstrap:
+            from streaming.local_broker import LocalBroker
+
+            broker = LocalBroker(work / "kafka-home", log_level="WARN")
+            bootstrap = broker.start()
+            print(f"local broker at {bootstrap} (stopped at the end)")
+        workers: list[Worker] = []
+        try:
+            seg_events = segment_events(args.segments)
+            tl_worker, tl_topics = throughput(bootstrap, work, SEGMENTS, TIMELINE, seg_events, fold_timeline,
+                                              "timeline")
+            workers.append(tl_worker)
+            latency(bootstrap, tl_topics, args.paced, args.rate)
+            tl_worker.stop()
+            lb_worker, _ = throughput(bootstrap, work, LOCK_REQUESTS, LOCKS, request_events(args.requests),
+                                      fold_lockbox, "lockbox")
+            workers.append(lb_worker)
+        finally:
+            for w in workers:
+                w.stop()
+            if broker is not None:
+                broker.stop()
+
+
+if __name__ == "__main__":
+    main()

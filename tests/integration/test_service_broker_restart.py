@@ -1,0 +1,138 @@
+"""A broker restart in the middle of a stream: ``segcoord run`` resumes and loses nothing.
+
+The test runs its OWN single-node broker (:class:`LocalBroker` under a temporary home; the session broker of
+the other tests is never touched). A restart of that broker reuses its data folder and its recorded port, so
+clients keep the same bootstrap address. The scenario:
+
+1. start the broker, create the topics, start ``segcoord run``;
+2. produce the first part of a seeded stream (segments events and task requests) and wait until the service
+   has applied some of it;
+3. SIGKILL the broker (its data folder survives: what Kafka acknowledged is in the log files) and keep it down
+   for a few seconds while the service keeps running;
+4. start the broker again on the same port, produce the rest of the stream;
+5. at the end the timeline agent's RocksDB state and deduplicated output equal a pure fold of ``segments``,
+   and the lockbox agent's decisions equal a pure fold of ``lock-requests``.
+
+What the service does while the broker is down: the worker stays up (Faust/aiokafka and confluent-kafka
+reconnect with back-off) and carries on from where it was when the broker returns; the test asserts that the
+process never exits (no supervisor restart is needed or done).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from events import Envelope, Event, Topics, decode
+from events.segments import SegmentsPublished
+from events.topics import LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
+from streaming.admin import create_topics
+from streaming.local_broker import LocalBroker, port_answers
+from streaming.producer import EventProducer
+from tests.integration.test_service_lockbox import dedup, request_stream
+from tests.integration.test_service_lockbox import pure_fold as lockbox_fold
+from tests.integration.test_service_timeline import (
+    Service,
+    check_agent_equals_fold,
+    count_distinct_ids,
+    read_all,
+    segment_stream,
+)
+
+pytestmark = pytest.mark.integration
+
+DOWN_S = 8.0
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
+    # LocalBroker.start reuses the recorded port when ``port_free`` says so; it binds with SO_REUSEADDR, as the
+    # JVM does, so TIME_WAIT leftovers of the killed broker's connections do not move the restart to a new port.
+    broker = LocalBroker(tmp_path / "kafka-home", heap_mb=384, log_level="WARN")
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def produce(bootstrap: str, topics: Topics, items: list[Envelope[Event] | bytes]) -> None:
+    producer = EventProducer(bootstrap, topics)
+    for item in items:
+        if isinstance(item, bytes):
+            producer.send_raw(topics.name(LOCK_REQUESTS), b"bad", item)
+        else:
+            producer.send(item)
+    producer.flush(60)
+
+
+def wait_for(what: str, check: Callable[[], bool], service: Service, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert service.alive(), f"segcoord run exited; log:\n{service.log.read_text()[-3000:]}"
+        if check():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no {what} after {timeout}s; log:\n{service.log.read_text()[-3000:]}")
+
+
+def test_broker_killed_and_restarted_mid_stream_service_resumes_and_loses_nothing(
+    own_broker: LocalBroker, tmp_path: Path
+) -> None:
+    bootstrap = own_broker.start()
+    topics = Topics(f"t{uuid.uuid4().hex[:10]}.")
+    create_topics(bootstrap, topics, partitions=1)
+    rng = random.Random(1105)
+    segments = segment_stream(rng, 6000)
+    requests = request_stream(rng, 200)
+    s_half, r_half = len(segments) // 2, len(requests) // 2
+
+    service = Service(bootstrap, topics, tmp_path / "state", tmp_path / "run.log")
+    service.start()
+    try:
+        produce(bootstrap, topics, [*segments[:s_half], *requests[:r_half]])
+        wait_for("visibility changes before the broker goes down",
+                 lambda: count_distinct_ids(bootstrap, topics.name(TIMELINE)) > 100, service, 60)
+        before = count_distinct_ids(bootstrap, topics.name(TIMELINE))
+
+        own_broker.kill()
+        assert not own_broker.status().running
+        down_at = time.monotonic()
+        while time.monotonic() - down_at < DOWN_S:
+            assert service.alive(), f"segcoord run exited with the broker down; log:\n{service.log.read_text()}"
+            time.sleep(0.5)
+
+        again = own_broker.start()
+        assert again == bootstrap and port_answers(int(bootstrap.rsplit(":", 1)[1]))
+        produce(bootstrap, topics, [*segments[s_half:], *requests[r_half:]])
+
+        expected_locks = lockbox_fold(read_all(bootstrap, topics.name(LOCK_REQUESTS)))
+        wait_for("every decision", lambda: len(dedup(read_all(bootstrap, topics.name(LOCKS))))
+                 >= len(expected_locks.locks), service, 60)
+        wait_for("every publish", lambda: len(lockbox_published(bootstrap, topics))
+                 >= len(expected_locks.segments), service, 30)
+        from tests.integration.test_service_timeline import pure_fold as timeline_fold
+
+        expected = timeline_fold(read_all(bootstrap, topics.name(SEGMENTS)))
+        wait_for("every visibility change", lambda: count_distinct_ids(bootstrap, topics.name(TIMELINE))
+                 >= len(expected.outputs), service, 60)
+        assert service.alive()
+    finally:
+        if service.alive():
+            assert service.stop() == 0
+    outcome = check_agent_equals_fold(bootstrap, topics, tmp_path / "state")
+    assert dedup(read_all(bootstrap, topics.name(LOCKS))) == expected_locks.locks
+    assert lockbox_published(bootstrap, topics) == expected_locks.segments
+    print(f"{before} visibility changes before the broker went down, {len(outcome.expected.outputs)} in all; "
+          f"{len(outcome.outputs) - len(outcome.expected.outputs)} re-emitted duplicates dropped by id; "
+          f"{len(expected_locks.locks)} lock decisions")
+
+
+def lockbox_published(bootstrap: str, topics: Topics) -> list[bytes]:
+    """The lockbox's ``SegmentsPublished`` on ``segments``, deduplicated (the test's own have no cause)."""
+    return dedup([r for r in read_all(bootstrap, topics.name(SEGMENTS))
+                  if isinstance(e := decode(r.value), Envelope) and e.causation_id is not None], SegmentsPublished)
