@@ -56,10 +56,11 @@ from streaming.producer import EventProducer
 from streaming.service import lockbox_agent as lockbox_mod
 from streaming.service import planner_agent as planner_mod
 from streaming.service import timeline_agent as timeline_mod
+from streaming.service.intake import InputRecord
 from streaming.service.lockbox_agent import LockboxAgent
 from streaming.service.planner_agent import PlannerAgent
 from streaming.service.state import AgentStateStore
-from streaming.service.timeline_agent import InputRecord, TimelineAgent
+from streaming.service.timeline_agent import TimelineAgent
 
 log = logging.getLogger("segcoord.service")
 

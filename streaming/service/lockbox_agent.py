@@ -61,12 +61,12 @@ from events.envelope import Envelope, decode
 from events.ids import derived_event_id
 from events.locks import PublishAccepted
 from events.registry import Event
-from events.schema import EventValidationError, Instant
+from events.schema import Instant
 from events.segments import SegmentsPublished
 from events.topics import LOCK_REQUESTS, Topics
 from streaming.consumer import key_text
+from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, seen
 from streaming.service.state import AgentStateStore
-from streaming.service.timeline_agent import AgentCounters, InputRecord, Sink
 
 FORMAT_VERSION = "lockbox-agent/1"
 STORE_NAME = "lockbox"
@@ -101,22 +101,8 @@ class LockboxAgent:
         applied_now: list[bytes] = []
         c = self.counters
         for rec in records:
-            tp = (rec.topic, rec.partition)
-            if rec.offset < self._next.get(tp, -1):
-                c.skipped += 1
-                continue
-            self._next[tp] = rec.offset + 1
-            batch.set_offset(rec.topic, rec.partition, rec.offset + 1)
-            try:
-                env = decode(rec.value)
-                if env.event.event_topic != LOCK_REQUESTS:
-                    raise EventValidationError("event_type", env.event_type,
-                                               f"belongs on topic {env.event.event_topic!r}, not {LOCK_REQUESTS!r}")
-            except EventValidationError as e:
-                self._dead_letter(rec, str(e))
-                continue
-            if batch.applied(env.event_id) or self.store.applied(env.event_id):
-                c.duplicates += 1
+            env = admit(rec, LOCK_REQUESTS, self._next, batch, c, self._dead_letter)
+            if env is None or seen(env, batch, self.store, c):
                 continue
             try:
                 decisions = self.lockbox.handle(env)

@@ -82,15 +82,15 @@ from events.cluster import (
 )
 from events.commands import DropSegment, LoadSegment
 from events.deadletter import DeadLettered
-from events.envelope import Envelope, decode
+from events.envelope import Envelope
 from events.ids import derived_event_id
 from events.registry import Event
 from events.schema import EventValidationError, Instant, decode_record, encode_record
 from events.segment import SegmentDescriptor, SegmentId
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
 from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
+from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, seen
 from streaming.service.state import AgentStateStore, StoreBatch
-from streaming.service.timeline_agent import AgentCounters, InputRecord, Sink
 from streaming.service.timeline_facts import id_key, parse_id_key
 
 FORMAT_VERSION = "planner-agent/1"
@@ -261,28 +261,15 @@ class PlannerAgent:
         c = self.counters
         trigger: tuple[tuple[str, int, int], str] | None = None
         for rec in records:
-            tp = (rec.topic, rec.partition)
-            if rec.offset < self._next.get(tp, -1):
-                c.skipped += 1
-                continue
-            self._next[tp] = rec.offset + 1
-            batch.set_offset(rec.topic, rec.partition, rec.offset + 1)
-            try:
-                env = decode(rec.value)
-            except EventValidationError as e:
-                self._bad(rec, str(e))
-                continue
             logical = self._logical(rec.topic)
-            if env.event.event_topic != logical:
-                self._bad(rec, f"event_type {env.event_type!r}: belongs on topic {env.event.event_topic!r}, "
-                               f"not {logical!r}")
+            env = admit(rec, logical, self._next, batch, c, self._bad)
+            if env is None:
                 continue
             if logical == COMMANDS:
                 self._command(env, rec)  # the log's copy wins; idempotent
                 c.applied += 1
                 continue
-            if batch.applied(env.event_id) or self.store.applied(env.event_id):
-                c.duplicates += 1
+            if seen(env, batch, self.store, c):
                 continue
             try:
                 triggers = self._apply(env)

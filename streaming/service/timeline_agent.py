@@ -30,19 +30,17 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from coordinator.timeline.timelines import Timelines
 from events.deadletter import DeadLettered
-from events.envelope import Envelope, decode
+from events.envelope import Envelope
 from events.ids import derived_event_id
-from events.registry import Event
 from events.schema import EventValidationError, Instant
 from events.segment import SegmentId
 from events.topics import SEGMENTS, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
 from streaming.consumer import key_text
+from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, seen
 from streaming.service.state import AgentStateStore, StoreBatch
 from streaming.service.timeline_facts import (
     ID_PREFIX,
@@ -59,37 +57,6 @@ from streaming.service.timeline_facts import (
 
 FORMAT_VERSION = "timeline-agent/1"
 STORE_NAME = "timeline"
-
-
-@dataclass(frozen=True, slots=True)
-class InputRecord:
-    """One message as read from Kafka, before decoding."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp_ms: int = 0
-
-
-class Sink(Protocol):
-    """Where envelopes go (an :class:`~streaming.producer.EventProducer`); ``flush`` raises on any failure."""
-
-    def send(self, envelope: Envelope[Event]) -> None: ...
-
-    def flush(self, timeout: float = 30.0) -> None: ...
-
-
-@dataclass(slots=True)
-class AgentCounters:
-    applied: int = 0
-    duplicates: int = 0
-    dead_lettered: int = 0
-    skipped: int = 0
-    emitted: int = 0
-    batches: int = 0
-    last_reasons: list[str] = field(default_factory=list)
 
 
 class TimelineAgent:
@@ -115,20 +82,10 @@ class TimelineAgent:
         states: dict[SegmentId, SegmentState] = {}
         c = self.counters
         for rec in records:
-            tp = (rec.topic, rec.partition)
-            if rec.offset < self._next.get(tp, -1):
-                c.skipped += 1
+            env = admit(rec, SEGMENTS, self._next, batch, c, self._dead_letter)
+            if env is None or seen(env, batch, self.store, c):
                 continue
-            self._next[tp] = rec.offset + 1
-            batch.set_offset(rec.topic, rec.partition, rec.offset + 1)
             try:
-                env = decode(rec.value)
-                if env.event.event_topic != SEGMENTS:
-                    raise EventValidationError("event_type", env.event_type,
-                                               f"belongs on topic {env.event.event_topic!r}, not {SEGMENTS!r}")
-                if batch.applied(env.event_id) or self.store.applied(env.event_id):
-                    c.duplicates += 1
-                    continue
                 sids = touched_ids(self.timelines, env.event)
                 changes = self.timelines.apply(env.event)
             except EventValidationError as e:

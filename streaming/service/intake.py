@@ -1,0 +1,79 @@
+"""What every agent does first with an input record, in one place: position, decode, topic, duplicates.
+
+**Invariants.** A record below the agent's stored next offset of its partition
+was applied before a restart and is skipped. Every other record moves that
+offset (in memory and in the batch being built), whatever becomes of it. An
+undecodable record, or an event that belongs on another topic, goes to the
+agent's ``reject`` (dead letter) with the reason. :func:`seen` tells an event
+already applied (in this batch or a committed one) by its id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from events.envelope import Envelope, decode
+from events.registry import Event
+from events.schema import EventValidationError
+from streaming.service.state import AgentStateStore, StoreBatch
+
+
+@dataclass(frozen=True, slots=True)
+class InputRecord:
+    """One message as read from Kafka, before decoding."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int = 0
+
+
+class Sink(Protocol):
+    """Where envelopes go (an :class:`~streaming.producer.EventProducer`); ``flush`` raises on any failure."""
+
+    def send(self, envelope: Envelope[Event]) -> None: ...
+
+    def flush(self, timeout: float = 30.0) -> None: ...
+
+
+@dataclass(slots=True)
+class AgentCounters:
+    applied: int = 0
+    duplicates: int = 0
+    dead_lettered: int = 0
+    skipped: int = 0
+    emitted: int = 0
+    batches: int = 0
+    last_reasons: list[str] = field(default_factory=list)
+
+
+def admit(rec: InputRecord, expected_topic: str, next_offsets: dict[tuple[str, int], int], batch: StoreBatch,
+          counters: AgentCounters, reject: Callable[[InputRecord, str], None]) -> Envelope[Event] | None:
+    """The record's envelope, or None when it was applied before a restart or is rejected."""
+    tp = (rec.topic, rec.partition)
+    if rec.offset < next_offsets.get(tp, -1):
+        counters.skipped += 1
+        return None
+    next_offsets[tp] = rec.offset + 1
+    batch.set_offset(rec.topic, rec.partition, rec.offset + 1)
+    try:
+        env = decode(rec.value)
+        if env.event.event_topic != expected_topic:
+            raise EventValidationError("event_type", env.event_type,
+                                       f"belongs on topic {env.event.event_topic!r}, not {expected_topic!r}")
+    except EventValidationError as e:
+        reject(rec, str(e))
+        return None
+    return env
+
+
+def seen(env: Envelope[Event], batch: StoreBatch, store: AgentStateStore, counters: AgentCounters) -> bool:
+    """Whether the event was applied already (its id is in this batch or the store); counts it if so."""
+    if batch.applied(env.event_id) or store.applied(env.event_id):
+        counters.duplicates += 1
+        return True
+    return False
