@@ -100,24 +100,8 @@ class EventConsumer:
             yield from batch
 
     def _dead_letter(self, msg: Message, reason: str) -> None:
-        key = msg.key()
-        value = msg.value()
-        letter = DeadLettered(
-            reason=reason,
-            topic=msg.topic(),
-            partition=msg.partition(),
-            offset=msg.offset(),
-            original_value=None if value is None else base64.b64encode(value).decode(),
-            original_key=None if key is None else base64.b64encode(key).decode(),
-        )
-        timestamp = msg.timestamp()[1]
-        envelope = Envelope(
-            letter,
-            derived_event_id(msg.topic(), msg.partition(), msg.offset(), 0),
-            Instant(max(timestamp, 0)),
-            key_text(key),
-        )
-        self._dlq.send(envelope)
+        self._dlq.send(dead_letter_envelope(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),
+                                            msg.timestamp()[1], reason))
 
     def commit(self) -> None:
         """Synchronously commit everything polled so far, dead-lettered messages included.
@@ -141,6 +125,19 @@ class EventConsumer:
         finally:
             if self._own_producer:
                 self._dlq.flush()
+
+
+def dead_letter_envelope(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                         timestamp_ms: int, reason: str) -> Envelope[DeadLettered]:
+    """The dead letter of one bad message: its original bytes (base64), position and reason, keyed by its key,
+    with an id derived from its position (a re-read writes a duplicate readers drop)."""
+    letter = DeadLettered(
+        reason=reason, topic=topic, partition=partition, offset=offset,
+        original_value=None if value is None else base64.b64encode(value).decode(),
+        original_key=None if key is None else base64.b64encode(key).decode(),
+    )
+    return Envelope(letter, derived_event_id(topic, partition, offset, 0), Instant(max(timestamp_ms, 0)),
+                    key_text(key))
 
 
 def key_text(key: bytes | None) -> str:

@@ -14,9 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from events.deadletter import DeadLettered
 from events.envelope import Envelope, decode
 from events.registry import Event
 from events.schema import EventValidationError
+from streaming.consumer import dead_letter_envelope
 from streaming.service.state import AgentStateStore, StoreBatch
 
 
@@ -49,6 +51,11 @@ class AgentCounters:
     emitted: int = 0
     batches: int = 0
     last_reasons: list[str] = field(default_factory=list)
+
+
+def dead_letter_of(rec: InputRecord, reason: str) -> Envelope[DeadLettered]:
+    """The dead letter of a bad input record (as :class:`~streaming.consumer.EventConsumer` writes them)."""
+    return dead_letter_envelope(rec.topic, rec.partition, rec.offset, rec.key, rec.value, rec.timestamp_ms, reason)
 
 
 def admit(rec: InputRecord, expected_topic: str, next_offsets: dict[tuple[str, int], int], batch: StoreBatch,

@@ -52,20 +52,16 @@ one from the store (the worker exits and is restarted).
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Sequence
 
 from coordinator.locks.lockbox import Lockbox
-from events.deadletter import DeadLettered
 from events.envelope import Envelope, decode
 from events.ids import derived_event_id
 from events.locks import PublishAccepted
 from events.registry import Event
-from events.schema import Instant
 from events.segments import SegmentsPublished
 from events.topics import LOCK_REQUESTS, Topics
-from streaming.consumer import key_text
-from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, seen
+from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
 from streaming.service.state import AgentStateStore
 
 FORMAT_VERSION = "lockbox-agent/1"
@@ -138,13 +134,7 @@ class LockboxAgent:
 
     def _dead_letter(self, rec: InputRecord, reason: str) -> None:
         """As :class:`~streaming.consumer.EventConsumer` does: original bytes, position, reason; id from position."""
-        letter = DeadLettered(
-            reason=reason, topic=rec.topic, partition=rec.partition, offset=rec.offset,
-            original_value=None if rec.value is None else base64.b64encode(rec.value).decode(),
-            original_key=None if rec.key is None else base64.b64encode(rec.key).decode(),
-        )
-        self.sink.send(Envelope(letter, derived_event_id(rec.topic, rec.partition, rec.offset, 0),
-                                Instant(max(rec.timestamp_ms, 0)), key_text(rec.key)))
+        self.sink.send(dead_letter_of(rec, reason))
         self.counters.dead_lettered += 1
         self.counters.last_reasons = [*self.counters.last_reasons[-9:], reason]
 

@@ -60,7 +60,6 @@ announces what it already holds), so it costs a message, not correctness.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,7 +80,6 @@ from events.cluster import (
     ServerRecommissioned,
 )
 from events.commands import DropSegment, LoadSegment
-from events.deadletter import DeadLettered
 from events.envelope import Envelope
 from events.ids import derived_event_id
 from events.registry import Event
@@ -89,7 +87,7 @@ from events.schema import EventValidationError, Instant, decode_record, encode_r
 from events.segment import SegmentDescriptor, SegmentId
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
 from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
-from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, seen
+from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
 from streaming.service.state import AgentStateStore, StoreBatch
 from streaming.service.timeline_facts import id_key, parse_id_key
 
@@ -520,13 +518,7 @@ class PlannerAgent:
         if rec.topic == self.topics.name(SEGMENTS):
             c.skipped += 1
             return
-        letter = DeadLettered(
-            reason=reason, topic=rec.topic, partition=rec.partition, offset=rec.offset,
-            original_value=None if rec.value is None else base64.b64encode(rec.value).decode(),
-            original_key=None if rec.key is None else base64.b64encode(rec.key).decode(),
-        )
-        self.sink.send(Envelope(letter, derived_event_id(rec.topic, rec.partition, rec.offset, 0),
-                                Instant(max(rec.timestamp_ms, 0)), _key_text(rec.key)))
+        self.sink.send(dead_letter_of(rec, reason))
         c.dead_lettered += 1
 
 
@@ -597,12 +589,3 @@ def load_state(store: AgentStateStore) -> PlannerState:
         m = orjson.loads(meta)
         st.start, st.last_event_at, st.runs = m["start"], m["lastEventAt"], m["runs"]
     return st
-
-
-def _key_text(key: bytes | None) -> str:
-    if key is None:
-        return ""
-    try:
-        return key.decode()
-    except UnicodeDecodeError:
-        return base64.b64encode(key).decode()

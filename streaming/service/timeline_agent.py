@@ -28,19 +28,16 @@ agent and build a new one from the store (the worker exits and is restarted).
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Sequence
 
 from coordinator.timeline.timelines import Timelines
-from events.deadletter import DeadLettered
 from events.envelope import Envelope
 from events.ids import derived_event_id
-from events.schema import EventValidationError, Instant
+from events.schema import EventValidationError
 from events.segment import SegmentId
 from events.topics import SEGMENTS, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
-from streaming.consumer import key_text
-from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, seen
+from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
 from streaming.service.state import AgentStateStore, StoreBatch
 from streaming.service.timeline_facts import (
     ID_PREFIX,
@@ -127,13 +124,7 @@ class TimelineAgent:
 
     def _dead_letter(self, rec: InputRecord, reason: str) -> None:
         """As :class:`~streaming.consumer.EventConsumer` does: original bytes, position, reason; id from position."""
-        letter = DeadLettered(
-            reason=reason, topic=rec.topic, partition=rec.partition, offset=rec.offset,
-            original_value=None if rec.value is None else base64.b64encode(rec.value).decode(),
-            original_key=None if rec.key is None else base64.b64encode(rec.key).decode(),
-        )
-        self.sink.send(Envelope(letter, derived_event_id(rec.topic, rec.partition, rec.offset, 0),
-                                Instant(max(rec.timestamp_ms, 0)), key_text(rec.key)))
+        self.sink.send(dead_letter_of(rec, reason))
         self.counters.dead_lettered += 1
         self.counters.last_reasons = [*self.counters.last_reasons[-9:], reason]
 
