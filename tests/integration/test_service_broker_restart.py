@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +42,7 @@ from tests.integration.test_service_timeline import (
     count_distinct_ids,
     read_all,
     segment_stream,
+    wait_for,
 )
 
 pytestmark = pytest.mark.integration
@@ -69,15 +70,6 @@ def produce(bootstrap: str, topics: Topics, items: list[Envelope[Event] | bytes]
             producer.send(item)
     producer.flush(60)
 
-
-def wait_for(what: str, check: Callable[[], bool], service: Service, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert service.alive(), f"segcoord run exited; log:\n{service.log.read_text()[-3000:]}"
-        if check():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"no {what} after {timeout}s; log:\n{service.log.read_text()[-3000:]}")
 
 
 def test_broker_killed_and_restarted_mid_stream_service_resumes_and_loses_nothing(

@@ -44,6 +44,7 @@ from tests.integration.test_service_timeline import (
     count_distinct_ids,
     read_all,
     segment_stream,
+    wait_for,
 )
 
 pytestmark = pytest.mark.integration
@@ -301,15 +302,6 @@ def interleave(rng: random.Random, valid: list[Envelope[Event]], bad: BadRecords
         j += 1
     return out
 
-
-def wait_for(what: str, check: Callable[[], bool], service: Service, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert service.alive(), f"segcoord run exited; log:\n{service.log.read_text()[-3000:]}"
-        if check():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"no {what} after {timeout}s; log:\n{service.log.read_text()[-3000:]}")
 
 
 def test_10k_bad_payloads_go_to_deadletter_and_every_valid_event_is_applied(

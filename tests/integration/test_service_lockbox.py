@@ -34,7 +34,7 @@ from streaming.producer import EventProducer
 from streaming.service.lockbox_agent import FORMAT_VERSION, STORE_NAME, load_lockbox, stored_requests
 from streaming.service.state import AgentStateStore
 from streaming.task_client import RequestRefused, TaskClient, TaskClientError
-from tests.integration.test_service_timeline import SEGCOORD, T0, Raw, Service, read_all
+from tests.integration.test_service_timeline import SEGCOORD, T0, Raw, Service, read_all, wait_for
 
 pytestmark = pytest.mark.integration
 DAY = 86_400_000
@@ -43,16 +43,6 @@ DAY = 86_400_000
 def day(d: int) -> Interval:
     return Interval(T0 + d * DAY, T0 + (d + 1) * DAY)
 
-
-def wait_until(what: str, check, service: Service, timeout: float = 30.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert service.alive(), f"segcoord run exited; log:\n{service.log.read_text()[-3000:]}"
-        got = check()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"no {what} after {timeout}s; log:\n{service.log.read_text()[-3000:]}")
 
 
 def decoded(bootstrap: str, topics: Topics, name: str) -> list[Envelope[Event]]:
@@ -93,7 +83,7 @@ def test_lock_allocate_publish_becomes_segments_published_and_visibility(
         def changes() -> list[Envelope[Event]]:
             return decoded(kafka_bootstrap, topics, TIMELINE)
 
-        got = wait_until("visibility change", changes, service)
+        got = wait_for("visibility change", changes, service)
         vis = got[0].event
         assert isinstance(vis, SegmentVisibilityChanged)
         assert (vis.segment_id, vis.from_state, vis.to_state, got[0].causation_id) == (
@@ -320,9 +310,9 @@ def test_kill_9_restarts_mid_stream_lose_and_duplicate_nothing(kafka_bootstrap: 
             service.start()
         flow.join()
         expected = pure_fold(read_all(kafka_bootstrap, request_topic))
-        wait_until("all decisions", lambda: len(dedup(read_all(kafka_bootstrap, topics.name(LOCKS))))
+        wait_for("all decisions", lambda: len(dedup(read_all(kafka_bootstrap, topics.name(LOCKS))))
                    >= len(expected.locks), service, timeout=60)
-        wait_until("all dead letters", lambda: len(dedup(read_all(kafka_bootstrap, topics.name(DEADLETTER))))
+        wait_for("all dead letters", lambda: len(dedup(read_all(kafka_bootstrap, topics.name(DEADLETTER))))
                    >= expected.bad, service, timeout=30)
     finally:
         flow.join()

@@ -13,9 +13,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
@@ -30,7 +29,7 @@ from streaming.historical import Historical
 from streaming.producer import EventProducer
 from streaming.service.planner_agent import FORMAT_VERSION, STORE_NAME, load_state
 from streaming.service.state import AgentStateStore
-from tests.integration.test_service_timeline import SEGCOORD, T0, Service, read_all
+from tests.integration.test_service_timeline import SEGCOORD, T0, Service, read_all, wait_for
 
 pytestmark = pytest.mark.integration
 DAY = 86_400_000
@@ -55,16 +54,6 @@ def decoded(bootstrap: str, topics: Topics, name: str) -> list[Envelope[Event]]:
             time.sleep(0.5)
     return []
 
-
-def wait_for(what: str, check: Callable[[], Any], service: Service, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert service.alive(), f"segcoord run exited; log:\n{service.log.read_text()[-3000:]}"
-        got = check()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} after {timeout}s; log:\n{service.log.read_text()[-3000:]}")
 
 
 class Historicals:

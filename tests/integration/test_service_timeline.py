@@ -17,8 +17,10 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -156,6 +158,19 @@ class Service:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+def wait_for(what: str, check: Callable[[], Any], service: Service, timeout: float = 30.0) -> Any:
+    """Poll ``check`` until it returns something truthy (returned), failing with the service's log if the
+    service exits or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert service.alive(), f"segcoord run exited; log:\n{service.log.read_text()[-3000:]}"
+        got = check()
+        if got:
+            return got
+        time.sleep(0.3)
+    raise AssertionError(f"no {what} after {timeout}s; log:\n{service.log.read_text()[-3000:]}")
 
 
 def wait_for_outputs(bootstrap: str, topics: Topics, want: int, service: Service, timeout: float = 90.0) -> None:
