@@ -27,6 +27,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +88,14 @@ def port_answers(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def new_cluster_id(uuid4: Callable[[], uuid.UUID] = uuid.uuid4) -> str:
+    """A random KRaft cluster id: 22 url-safe base64 characters of a UUID, never starting with '-'."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 class LocalBroker:
@@ -172,7 +181,7 @@ class LocalBroker:
             "-cp", classpath,
         ]
         fmt = subprocess.run(
-            [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_path),
+            [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(self.config_path),
              "--ignore-formatted"],
             capture_output=True, text=True,
         )
@@ -211,10 +220,15 @@ class LocalBroker:
         return port, cport
 
     def _cluster_id(self) -> str:
+        """This home's KRaft cluster id, created once; like Kafka's own ids it never starts with '-'.
+
+        (An id starting with '-' reads as an option to the storage tool's argument parser; it is also
+        passed as ``--cluster-id=ID`` so that an old id file with one still works.)
+        """
         path = self.dir / "cluster.id"
         if path.exists():
             return path.read_text().strip()
-        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cid = new_cluster_id()
         path.write_text(cid + "\n")
         return cid
 

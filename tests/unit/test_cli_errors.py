@@ -60,3 +60,15 @@ def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for name in ("demo", "kafka", "topics", "jars", "events"):
         assert name in out
+
+
+def test_new_cluster_ids_never_start_with_a_dash() -> None:
+    import uuid
+
+    from streaming.local_broker import new_cluster_id
+
+    # 0xF8.. encodes to '-' first in url-safe base64; the generator draws again until the id cannot read as an option
+    draws = iter([uuid.UUID(bytes=b"\xf8" + b"\x00" * 15), uuid.UUID(bytes=b"\x04" + b"\x00" * 15)])
+    cid = new_cluster_id(lambda: next(draws))
+    assert cid == "BAAAAAAAAAAAAAAAAAAAAA" and len(cid) == 22
+    assert all(not new_cluster_id().startswith("-") for _ in range(2000))
