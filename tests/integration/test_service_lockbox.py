@@ -2,9 +2,10 @@
 
 The service always runs as a user runs it, a ``segcoord run`` subprocess. The
 crash test's oracle is a pure fold written here (decode, drop seen ids,
-``Lockbox.handle``, derived ids): the agent's stored requests and lockbox, and
-its output deduplicated by event id, must equal it whatever happened to the
-process in between.
+``Lockbox.handle``, derived ids): the agent's applied request ids, its lockbox
+restored from snapshot + tail, and its output deduplicated by event id, must
+equal it whatever happened to the process in between; its restarts resume from
+snapshots.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import orjson
 import pytest
 
 from coordinator.locks.lockbox import Lockbox
+from coordinator.locks.snapshot import encode_snapshot
 from events import Envelope, Event, Interval, SegmentDescriptor, Topics, decode, encode
 from events.ids import derived_event_id
 from events.locks import LockGranted, LockWaiting, PublishAccepted, SegmentAllocated
@@ -31,7 +33,14 @@ from events.topics import DEADLETTER, LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
 from events.visibility import SegmentVisibilityChanged
 from streaming.admin import create_topics
 from streaming.producer import EventProducer
-from streaming.service.lockbox_agent import FORMAT_VERSION, STORE_NAME, load_lockbox, stored_requests
+from streaming.service.lockbox_agent import (
+    FORMAT_VERSION,
+    SNAPSHOT_EVERY_ENV,
+    STORE_NAME,
+    applied_requests,
+    load_lockbox,
+    tail_requests,
+)
 from streaming.service.state import AgentStateStore
 from streaming.task_client import RequestRefused, TaskClient, TaskClientError
 from tests.integration.test_service_timeline import SEGCOORD, T0, Raw, Service, read_all, wait_for
@@ -275,7 +284,11 @@ def dedup(records: list[Raw], keep: type | None = None) -> list[bytes]:
     return list(first.values())
 
 
-def test_kill_9_restarts_mid_stream_lose_and_duplicate_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_kill_9_restarts_mid_stream_lose_and_duplicate_nothing(kafka_bootstrap: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every restart after the first resumes from a snapshot (taken every 100 requests) plus its tail."""
+    every = 100
+    monkeypatch.setenv(SNAPSHOT_EVERY_ENV, str(every))  # the service subprocess inherits it
     topics = Topics(f"t{uuid.uuid4().hex[:10]}.")
     create_topics(kafka_bootstrap, topics, partitions=1)
     rng = random.Random(7)
@@ -323,16 +336,21 @@ def test_kill_9_restarts_mid_stream_lose_and_duplicate_nothing(kafka_bootstrap: 
     assert dedup(read_all(kafka_bootstrap, topics.name(SEGMENTS)), SegmentsPublished) == expected.segments
     assert len(dedup(read_all(kafka_bootstrap, topics.name(DEADLETTER)))) == expected.bad
     with AgentStateStore(tmp_path / "state" / STORE_NAME, FORMAT_VERSION) as store:
-        assert [e.event_id for e in stored_requests(store)] == expected.applied
-        restored, _ = load_lockbox(store)
-        assert restored.persistent() == expected.box.persistent()
-        assert {ds: s.waiters for ds, s in restored.sources.items()} == {
-            ds: s.waiters for ds, s in expected.box.sources.items()}
+        assert [a.event_id for a in applied_requests(store)] == expected.applied
+        restored = load_lockbox(store)
+        assert restored.next_seq == len(expected.applied)
+        assert restored.snapshot_seq > 0 and restored.tail == len(tail_requests(store)) < every
+        # the whole state, waiting requests and every order included, equals the pure fold's
+        assert encode_snapshot(restored.lockbox) == encode_snapshot(expected.box)
+        assert restored.lockbox.persistent() == expected.box.persistent()
         ends = {(r.topic, r.partition): r.offset + 1 for r in read_all(kafka_bootstrap, request_topic)}
         assert store.offsets() == ends
     kinds = {decode(b).event_type for b in expected.locks}
     assert {"lock_granted", "lock_revoked", "lock_waiting", "publish_accepted", "publish_rejected"} <= kinds
     resumes = [line for line in service.log.read_text().splitlines() if line.startswith("lockbox agent:")]
     assert len(resumes) == 4
+    # "lockbox agent: <n> requests restored, ...": n >= every means a snapshot was there (the tail is shorter)
+    restored_counts = [int(line.split()[2]) for line in resumes]
+    assert restored_counts[0] == 0 and all(n >= every for n in restored_counts[1:]), resumes
     print(f"{len(stream)} requests, {len(expected.locks)} decisions, {len(expected.segments)} publishes, "
           f"{expected.bad} dead letters; restarts: {resumes[1:]}")

@@ -1,0 +1,131 @@
+"""A complete, ordered snapshot of a lockbox: what a restored lockbox needs to decide exactly as the live one.
+
+``LockboxState.persistent()`` is what the decision log rebuilds; it leaves out
+the waiting requests, and it compares dicts without their order. A lockbox
+restored from a snapshot must instead *behave* identically to the one it was
+taken from: the same decisions, byte for byte, for every later request. So a
+snapshot keeps everything, and keeps every order that a decision can observe:
+
+- the task registry (insertion order), the ended tasks, the lock -> data source index;
+- per data source, in the dict orders the lockbox iterates them: live locks
+  (the first matching lock answers an idempotent re-request; the blocking list
+  names locks in this order), their holders (``locks_of`` follows it), the lock
+  sequence, published segments, the never-reused partition counters,
+  allocations, the stream metadata, appends under replace locks (tuple order),
+  committed replace locks and the **waiting requests in arrival order** with
+  their event times (they decide later grants and their versions).
+
+Sets are written sorted (only membership is ever read from them). Records go
+through the events codec (``encode_record`` / ``decode_record``), so a
+snapshot holds only JSON values and :func:`decode_snapshot` of
+:func:`encode_snapshot` restores an equal, equally ordered state. Invariant
+(a property test): for any request history ``h`` and any cut ``k``, restoring
+the snapshot taken after ``h[:k]`` and handling ``h[k:]`` emits the decisions
+the never-restored lockbox emits for ``h[k:]``, and ends in an equal snapshot.
+
+>>> from events import Envelope, Instant, Interval, LockRequested, TaskStarted
+>>> box = Lockbox()
+>>> for i, t in enumerate(["a", "b"]):
+...     _ = box.handle(Envelope(TaskStarted(task_id=t, group_id=t, task_type="index", data_source="wiki"),
+...                             f"s{i}", Instant(0), "wiki"))
+...     _ = box.handle(Envelope(LockRequested(request_id=f"r{t}", task_id=t, group_id=t, task_type="index",
+...                             data_source="wiki", interval=Interval(0, 1000), granularity="timeChunk",
+...                             lock_type="exclusive"), f"l{i}", Instant(5), "wiki"))
+>>> restored = decode_snapshot(encode_snapshot(box))
+>>> [w.request.request_id for w in restored.sources["wiki"].waiters]
+['rb']
+>>> snapshot_to_json(restored) == snapshot_to_json(box)
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from coordinator.locks.lockbox import Lockbox
+from coordinator.locks.state import LockboxState, SourceState, TaskInfo, Waiter
+from events.locks import SegmentAllocated, TaskLock
+from events.schema import decode_record, encode_record
+from events.segment import SegmentDescriptor
+from events.tasks import LockRequested
+
+#: The layout of :func:`snapshot_to_json`; a reader refuses any other.
+SNAPSHOT_VERSION = 1
+
+
+class SnapshotError(ValueError):
+    """The bytes are not a lockbox snapshot of this layout."""
+
+
+def snapshot_to_json(box: LockboxState) -> dict[str, Any]:
+    """The whole state as JSON values; equal snapshots mean equal states with equal iteration orders."""
+    return {
+        "version": SNAPSHOT_VERSION,
+        "tasks": [[t.task_id, t.group_id, t.task_type, t.data_source, t.priority] for t in box.tasks.values()],
+        "ended": sorted(box.ended),
+        "lockSource": [[lock_id, ds] for lock_id, ds in box.lock_source.items()],
+        "sources": [[ds, _source_to_json(src)] for ds, src in box.sources.items()],
+    }
+
+
+def _source_to_json(src: SourceState) -> dict[str, Any]:
+    return {
+        "locks": [encode_record(lock) for lock in src.locks.values()],
+        "holders": [[lock_id, sorted(tasks)] for lock_id, tasks in src.holders.items()],
+        "lockSeq": src.lock_seq,
+        "segments": [encode_record(seg) for seg in src.segments.values()],
+        "nextPartition": [[s, e, v, n] for (s, e, v), n in src.next_partition.items()],
+        "allocations": [[list(key), encode_record(a)] for key, a in src.allocations.items()],
+        "metadata": src.metadata,
+        "appendedUnder": [[lock_id, [encode_record(s) for s in segs]] for lock_id, segs in src.appended_under.items()],
+        "committedReplaces": sorted(src.committed_replaces),
+        "waiters": [[encode_record(w.request), w.at] for w in src.waiters],
+    }
+
+
+def lockbox_from_json(obj: Any) -> Lockbox:
+    """The lockbox a :func:`snapshot_to_json` value describes (raises :class:`SnapshotError` on another layout)."""
+    if not isinstance(obj, dict) or obj.get("version") != SNAPSHOT_VERSION:
+        found = obj.get("version") if isinstance(obj, dict) else type(obj).__name__
+        raise SnapshotError(f"not a lockbox snapshot of version {SNAPSHOT_VERSION} (found {found!r})")
+    box = Lockbox()
+    box.tasks = {t[0]: TaskInfo(t[0], t[1], t[2], t[3], t[4]) for t in obj["tasks"]}
+    box.ended = set(obj["ended"])
+    box.lock_source = {lock_id: ds for lock_id, ds in obj["lockSource"]}
+    box.sources = {ds: _source_from_json(src) for ds, src in obj["sources"]}
+    return box
+
+
+def _source_from_json(obj: dict[str, Any]) -> SourceState:
+    locks = [decode_record(TaskLock, lock, "lock") for lock in obj["locks"]]
+    segments = [decode_record(SegmentDescriptor, seg, "segment") for seg in obj["segments"]]
+    return SourceState(
+        locks={lock.lock_id: lock for lock in locks},
+        holders={lock_id: frozenset(tasks) for lock_id, tasks in obj["holders"]},
+        lock_seq=obj["lockSeq"],
+        segments={seg.id: seg for seg in segments},
+        next_partition={(s, e, v): n for s, e, v, n in obj["nextPartition"]},
+        allocations={(k[0], k[1], k[2]): decode_record(SegmentAllocated, a, "allocation")
+                     for k, a in obj["allocations"]},
+        metadata=obj["metadata"],
+        appended_under={lock_id: tuple(decode_record(SegmentDescriptor, s, "segment") for s in segs)
+                        for lock_id, segs in obj["appendedUnder"]},
+        committed_replaces=frozenset(obj["committedReplaces"]),
+        waiters=[Waiter(decode_record(LockRequested, req, "waiter"), at) for req, at in obj["waiters"]],
+    )
+
+
+def encode_snapshot(box: LockboxState) -> bytes:
+    """The snapshot as UTF-8 JSON bytes (a pure function of the state and its orders)."""
+    return orjson.dumps(snapshot_to_json(box))
+
+
+def decode_snapshot(data: bytes) -> Lockbox:
+    """The lockbox of :func:`encode_snapshot` bytes."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise SnapshotError(f"not a lockbox snapshot: {e}") from None
+    return lockbox_from_json(obj)

@@ -1,0 +1,189 @@
+"""The lockbox agent on a real RocksDB store, without a broker: snapshot + tail restarts, and a start whose reads
+do not grow with the history.
+
+The oracle is an agent that never restarts (its own store, same inputs): a
+restarted agent must emit the same records and hold an equal lockbox (equal
+snapshot: same state, same orders, waiters included). The sink is a list; a
+sink whose flush fails stands for a crash after the outputs were sent and
+before the commit.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from coordinator.locks.snapshot import encode_snapshot
+from events import Envelope, Event, Topics, decode, encode
+from events.topics import LOCK_REQUESTS
+from streaming.service.intake import InputRecord
+from streaming.service.lockbox_agent import (
+    FORMAT_VERSION,
+    SNAPSHOT_EVERY_ENV,
+    LockboxAgent,
+    applied_requests,
+    load_lockbox,
+    tail_requests,
+)
+from streaming.service.state import AgentStateStore
+from tests.integration.test_service_lockbox import request_stream
+
+TOPICS = Topics("unit.")
+TOPIC = TOPICS.name(LOCK_REQUESTS)
+
+
+class ListSink:
+    def __init__(self, fail_on_flush: int | None = None) -> None:
+        self.sent: list[bytes] = []
+        self.flushes = 0
+        self.fail_on_flush = fail_on_flush
+
+    def send(self, envelope: Envelope[Event]) -> None:
+        self.sent.append(encode(envelope))
+
+    def flush(self, timeout: float = 30.0) -> None:
+        self.flushes += 1
+        if self.flushes == self.fail_on_flush:
+            raise RuntimeError("broker gone")
+
+
+class CountingStore(AgentStateStore):
+    """A store that counts the records its reads return (point reads and scans)."""
+
+    def __init__(self, path: Path, format_version: str) -> None:
+        super().__init__(path, format_version)
+        self.records_read = 0
+
+    def get(self, key: bytes) -> bytes | None:
+        value = super().get(key)
+        self.records_read += value is not None
+        return value
+
+    def scan_raw(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        out = super().scan_raw(prefix)
+        self.records_read += len(out)
+        return out
+
+
+def records(n_tasks: int, seed: int = 7) -> list[InputRecord]:
+    """A seeded request stream (waits, revocations, publishes, duplicates, malformed records) as Kafka records."""
+    stream = request_stream(random.Random(seed), n_tasks)
+    return [InputRecord(TOPIC, 0, offset, b"k", item if isinstance(item, bytes) else encode(item))
+            for offset, item in enumerate(stream)]
+
+
+def batches(recs: list[InputRecord], rng: random.Random) -> list[list[InputRecord]]:
+    out, i = [], 0
+    while i < len(recs):
+        n = rng.randint(1, 40)
+        out.append(recs[i:i + n])
+        i += n
+    return out
+
+
+def never_restarted(recs: list[InputRecord], path: Path, snapshot_every: int) -> tuple[LockboxAgent, ListSink]:
+    sink = ListSink()
+    store = AgentStateStore(path, FORMAT_VERSION)
+    agent = LockboxAgent(store, TOPICS, sink, snapshot_every=snapshot_every)
+    for b in batches(recs, random.Random(1)):
+        agent.process(b)
+    return agent, sink
+
+
+def test_restarts_and_crashes_after_snapshots_equal_the_never_restarted_agent(tmp_path: Path) -> None:
+    recs = records(150)
+    every = 37
+    oracle, oracle_sink = never_restarted(recs, tmp_path / "oracle", every)
+    assert oracle.snapshots_written >= 10
+
+    rng = random.Random(3)
+    sent: list[bytes] = []
+    path = tmp_path / "restarted"
+    all_batches = batches(recs, random.Random(1))
+    pending = all_batches
+    restarts = crashes = 0
+    resumed_from_snapshot = 0
+    while pending:
+        store = AgentStateStore(path, FORMAT_VERSION)
+        fail = rng.choice([None, None, rng.randint(1, 6)])
+        sink = ListSink(fail_on_flush=fail)
+        agent = LockboxAgent(store, TOPICS, sink, snapshot_every=every)
+        resumed_from_snapshot += agent.counters_restored > agent.restored_tail
+        assert agent.restored_tail < every
+        # Kafka redelivers from the stored offsets: re-feed what was not committed
+        done = agent.next_offsets().get((TOPIC, 0), 0)
+        pending = [kept for b in all_batches if (kept := [r for r in b if r.offset >= done])]
+        try:
+            for _ in range(rng.randint(1, 8)):
+                if not pending:
+                    break
+                agent.process(pending.pop(0))
+        except RuntimeError:
+            crashes += 1
+        sent.extend(sink.sent)
+        store.close()
+        restarts += 1
+    assert crashes >= 3 and resumed_from_snapshot >= 5, (crashes, resumed_from_snapshot)
+
+    def first_by_id(values: list[bytes]) -> list[bytes]:
+        first: dict[str, bytes] = {}
+        for v in values:
+            assert first.setdefault(decode(v).event_id, v) == v, "a re-emission differs"
+        return list(first.values())
+
+    assert first_by_id(sent) == first_by_id(oracle_sink.sent)
+    with AgentStateStore(path, FORMAT_VERSION) as store:
+        restored = load_lockbox(store)
+        assert encode_snapshot(restored.lockbox) == encode_snapshot(oracle.lockbox)
+        assert [a.event_id for a in applied_requests(store)] == [
+            a.event_id for a in applied_requests(oracle.store)]
+        assert restored.next_seq == oracle.counters.applied
+    oracle.store.close()
+
+
+def test_records_read_on_start_do_not_grow_with_the_applied_requests(tmp_path: Path) -> None:
+    every = 50
+    read: dict[int, tuple[int, int, int]] = {}
+    for n_tasks in (60, 600):
+        path = tmp_path / f"h{n_tasks}"
+        agent, _ = never_restarted(records(n_tasks), path, every)
+        applied = agent.counters.applied
+        agent.store.close()
+        with CountingStore(path, FORMAT_VERSION) as store:
+            store.records_read = 0  # the format check of opening is not the agent's start
+            started = LockboxAgent(store, TOPICS, ListSink(), snapshot_every=every)
+            read[n_tasks] = (applied, store.records_read, started.restored_tail)
+            assert len(tail_requests(store)) == started.restored_tail < every
+            assert len(applied_requests(store)) == applied == started.counters_restored
+    (small_applied, small_read, _), (big_applied, big_read, _) = read[60], read[600]
+    assert big_applied > 8 * small_applied > 2000
+    # one snapshot, fewer than `every` tail requests, one offset per partition: whatever the history's length
+    bound = 1 + (every - 1) + 1
+    assert small_read <= bound and big_read <= bound, read
+    print(f"records read on start: {read}")
+
+
+def test_a_store_of_the_previous_format_is_wiped_and_rebuilt_from_the_log(tmp_path: Path) -> None:
+    with AgentStateStore(tmp_path / "lb", "lockbox-agent/1") as old:
+        batch = old.batch()
+        batch.put(b"in/0000000000000000", b"old layout")
+        batch.set_offset(TOPIC, 0, 10)
+        old.commit(batch)
+    with AgentStateStore(tmp_path / "lb", FORMAT_VERSION) as store:
+        assert store.wiped
+        agent = LockboxAgent(store, TOPICS, ListSink())
+        assert agent.next_offsets() == {} and agent.counters_restored == 0
+
+
+def test_snapshot_interval_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SNAPSHOT_EVERY_ENV, "5")
+    with AgentStateStore(tmp_path / "lb", FORMAT_VERSION) as store:
+        agent = LockboxAgent(store, TOPICS, ListSink())
+        assert agent.snapshot_every == 5
+        agent.process(records(3)[:12])
+        assert agent.snapshots_written == 1 and len(tail_requests(store)) == 0
+    monkeypatch.setenv(SNAPSHOT_EVERY_ENV, "zero")
+    with AgentStateStore(tmp_path / "lb", FORMAT_VERSION) as store, pytest.raises(ValueError, match=SNAPSHOT_EVERY_ENV):
+        LockboxAgent(store, TOPICS, ListSink())
