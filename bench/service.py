@@ -41,9 +41,13 @@ from confluent_kafka import Consumer, TopicPartition
 from coordinator.locks.lockbox import Lockbox
 from coordinator.timeline.timelines import Timelines
 from events import Envelope, Event, Interval, SegmentDescriptor, Topics, decode, encode
+from events.cluster import ServerJoined
+from events.commands import DropSegment, LoadSegment
+from events.locks import LockGranted
 from events.schema import Instant
-from events.segments import SegmentAnnounced, SegmentsPublished
-from events.topics import LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
+from events.segments import SegmentAnnounced, SegmentsPublished, SegmentUnannounced
+from events.tasks import LockRequested, PublishRequested, TaskStarted
+from events.topics import COMMANDS, LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
 from streaming.admin import create_topics
 from streaming.producer import EventProducer
 
@@ -171,6 +175,7 @@ def latency(bootstrap: str, topics: Topics, paced: int, rate: float) -> None:
     start_at = end_offset(bootstrap, topic)
     sent_at: dict[str, float] = {}
     seen: dict[str, float] = {}
+    emitted: dict[str, float] = {}  # the output's CreateTime: when the worker produced it
     expected = paced
     stop = threading.Event()
 
@@ -180,11 +185,13 @@ def latency(bootstrap: str, topics: Topics, paced: int, rate: float) -> None:
         c.assign([TopicPartition(topic, 0, start_at)])
         try:
             while not stop.is_set() and len(seen) < expected:
-                for m in c.consume(1000, 0.05):
-                    if m.error() is None:
-                        cause = decode(m.value()).causation_id
-                        if cause is not None:
-                            seen.setdefault(cause, time.time())
+                m = c.poll(0.05)  # returns at the first message (consume(n, t) would wait t unless n arrive)
+                if m is None or m.error() is not None:
+                    continue
+                cause = decode(m.value()).causation_id
+                if cause is not None:
+                    seen.setdefault(cause, time.time())
+                    emitted.setdefault(cause, m.timestamp()[1] / 1000)
         finally:
             c.close()
 
@@ -192,6 +199,9 @@ def latency(bootstrap: str, topics: Topics, paced: int, rate: float) -> None:
     reader.start()
     time.sleep(1.0)  # the reader is assigned and fetching
     producer = EventProducer(bootstrap, topics, extra={"linger.ms": 0})
+    # connected, with its idempotence id, before the clock runs (a fresh producer's first sends wait for both)
+    producer.send_raw(topics.name(TIMELINE) + ".warmup", None, b"warm-up")
+    producer.flush()
     began = time.perf_counter()
     for i in range(paced // 2):
         iv = Interval(T0 + (1000 + i) * DAY, T0 + (1001 + i) * DAY)
@@ -216,6 +226,149 @@ def latency(bootstrap: str, topics: Topics, paced: int, rate: float) -> None:
     p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
     print(f"visibility latency, produce -> change read ({len(lat)}/{len(sent_at)} inputs at {rate:.0f}/s): "
           f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms; p99 / 60 s Druid poll = {p99 / 60_000:.5f}")
+    inside = sorted((emitted[k] - sent_at[k]) * 1000 for k in sent_at if k in emitted)
+    print(f"  of which produce -> worker's output produced: p50 {statistics.median(inside):.1f} ms, "
+          f"p99 {inside[min(len(inside) - 1, int(len(inside) * 0.99))]:.1f} ms")
+
+
+class Historicals:
+    """Stands in for the data servers in one thread: every LoadSegment on ``commands`` is answered at once with
+    a SegmentAnnounced (causation = the command's id), every DropSegment with a SegmentUnannounced; it records
+    when each LoadSegment was read, by segment id."""
+
+    def __init__(self, bootstrap: str, topics: Topics) -> None:
+        self.bootstrap, self.topics = bootstrap, topics
+        self.loads_read: dict[str, float] = {}
+        self.loads_created: dict[str, float] = {}
+        self.loads = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                      "fetch.wait.max.ms": 5, "enable.auto.commit": False})
+        c.assign([TopicPartition(self.topics.name(COMMANDS), 0, 0)])
+        out = EventProducer(self.bootstrap, self.topics, extra={"linger.ms": 1})
+        try:
+            while not self._stop.is_set():
+                m = c.poll(0.05)
+                if m is None or m.error() is not None:
+                    continue
+                env = decode(m.value())
+                ev = env.event
+                at = Instant(int(time.time() * 1000))
+                if isinstance(ev, LoadSegment):
+                    sid = str(ev.segment.id)
+                    self.loads_read.setdefault(sid, time.time())
+                    self.loads_created.setdefault(sid, m.timestamp()[1] / 1000)
+                    self.loads += 1
+                    out.send(Envelope(SegmentAnnounced(server=ev.server, segment=ev.segment),
+                                      f"ann-{env.event_id}", at, ev.segment.data_source, env.event_id))
+                elif isinstance(ev, DropSegment):
+                    out.send(Envelope(SegmentUnannounced(server=ev.server, segment_id=ev.segment_id),
+                                      f"unann-{env.event_id}", at, ev.segment_id.split("_")[0], env.event_id))
+        finally:
+            out.flush()
+            c.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def await_lock_version(bootstrap: str, topics: Topics, request_id: str, timeout: float = 60) -> str:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
+    c.assign([TopicPartition(topics.name(LOCKS), 0, 0)])
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                ev = decode(m.value()).event
+                if isinstance(ev, LockGranted) and ev.request_id == request_id:
+                    return ev.lock.version
+    finally:
+        c.close()
+    raise SystemExit(f"no LockGranted for {request_id} within {timeout:.0f}s")
+
+
+def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, paced: int, rate: float) -> None:
+    """Publish request -> LoadSegment latency, on a cluster of ``servers`` holding ``preload`` segments.
+
+    A task locks ten years of one dataSource; ``preload`` daily segments are published (in requests of 500) and
+    loaded (2 replicas, Druid's default rule; :class:`Historicals` answers every command at once); then
+    ``paced`` PublishRequested of one new segment each at ``rate``/s. Latency = the LoadSegment of the segment
+    read on ``commands`` minus the time its publish request was produced (it goes request -> lockbox agent
+    -> SegmentsPublished -> planner agent -> LoadSegment)."""
+    topics = Topics(f"bench{uuid.uuid4().hex[:8]}.")
+    create_topics(bootstrap, topics, partitions=1)
+    worker = Worker(bootstrap, topics, work / "state-placement", work / "placement.log")
+    hist = Historicals(bootstrap, topics)
+    producer = EventProducer(bootstrap, topics, extra={"linger.ms": 0})
+    try:
+        def at() -> Instant:
+            return Instant(int(time.time() * 1000))
+
+        for i in range(servers):
+            producer.send(Envelope(ServerJoined(server=f"h{i:03d}", tier="_default_tier",
+                                                max_size_bytes=10**15), f"join-{i}", at(), f"h{i:03d}"))
+        ds = "placement"
+        producer.send(Envelope(TaskStarted(task_id="t1", group_id="g1", task_type="index", data_source=ds),
+                               "task-t1", at(), ds))
+        span = Interval(T0, T0 + 3660 * DAY)
+        producer.send(Envelope(LockRequested(request_id="lock-1", task_id="t1", group_id="g1", task_type="index",
+                                             data_source=ds, interval=span, granularity="timeChunk",
+                                             lock_type="exclusive"), "lock-1", at(), ds))
+        producer.flush()
+        version = await_lock_version(bootstrap, topics, "lock-1", timeout=120)
+
+        def seg(day: int) -> SegmentDescriptor:
+            return SegmentDescriptor(ds, Interval(T0 + day * DAY, T0 + (day + 1) * DAY), version, 0, 1_000_000)
+
+        started = time.perf_counter()
+        for b in range(0, preload, 500):
+            segs = tuple(seg(d) for d in range(b, min(preload, b + 500)))
+            producer.send(Envelope(PublishRequested(request_id=f"pre-{b}", task_id="t1", segments=segs),
+                                   f"pre-{b}", at(), ds))
+        producer.flush()
+        deadline = time.monotonic() + 900
+        while hist.loads < 2 * preload and time.monotonic() < deadline:
+            if worker.proc.poll() is not None:
+                raise SystemExit(f"segcoord run exited; see {worker.log}")
+            time.sleep(0.2)
+        print(f"placement: {servers} servers, {preload} segments x 2 replicas loaded "
+              f"({hist.loads} loads) in {time.perf_counter() - started:.1f}s")
+        time.sleep(2.0)
+        sent_at: dict[str, float] = {}
+        began = time.perf_counter()
+        for i in range(paced):
+            s = seg(preload + i)
+            sent_at[str(s.id)] = time.time()
+            producer.send(Envelope(PublishRequested(request_id=f"pub-{i}", task_id="t1", segments=(s,)),
+                                   f"pub-{i}", at(), ds))
+            producer._producer.poll(0)
+            pause = began + (i + 1) / rate - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+        producer.flush()
+        deadline = time.monotonic() + 60
+        while any(k not in hist.loads_read for k in sent_at) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        hist.stop()
+        worker.stop()
+    lat = sorted((hist.loads_read[k] - sent_at[k]) * 1000 for k in sent_at if k in hist.loads_read)
+    if not lat:
+        print(f"placement latency: no LoadSegment observed ({hist.loads} loads in all); see {worker.log}")
+        return
+    inside = sorted((hist.loads_created[k] - sent_at[k]) * 1000 for k in sent_at if k in hist.loads_created)
+    p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    print(f"placement latency, publish request -> LoadSegment read ({len(lat)}/{len(sent_at)} at {rate:.0f}/s, "
+          f"{servers} servers, {preload} segments): p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms; "
+          f"p99 / 60 s Druid poll = {p99 / 60_000:.5f}")
+    print(f"  of which request -> worker's LoadSegment produced: p50 {statistics.median(inside):.1f} ms, "
+          f"p99 {inside[min(len(inside) - 1, int(len(inside) * 0.99))]:.1f} ms")
 
 
 def main() -> None:
@@ -223,7 +376,10 @@ def main() -> None:
     parser.add_argument("--segments", type=int, default=50_000)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--paced", type=int, default=1000)
-    parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--servers", type=int, default=10)
+    parser.add_argument("--preload", type=int, default=10_000)
+    parser.add_argument("--only", choices=("timeline", "placement", "lockbox"), default=None)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
@@ -238,15 +394,19 @@ def main() -> None:
             print(f"local broker at {bootstrap} (stopped at the end)")
         workers: list[Worker] = []
         try:
-            seg_events = segment_events(args.segments)
-            tl_worker, tl_topics = throughput(bootstrap, work, SEGMENTS, TIMELINE, seg_events, fold_timeline,
-                                              "timeline")
-            workers.append(tl_worker)
-            latency(bootstrap, tl_topics, args.paced, args.rate)
-            tl_worker.stop()
-            lb_worker, _ = throughput(bootstrap, work, LOCK_REQUESTS, LOCKS, request_events(args.requests),
-                                      fold_lockbox, "lockbox")
-            workers.append(lb_worker)
+            if args.only in (None, "timeline"):
+                seg_events = segment_events(args.segments)
+                tl_worker, tl_topics = throughput(bootstrap, work, SEGMENTS, TIMELINE, seg_events, fold_timeline,
+                                                  "timeline")
+                workers.append(tl_worker)
+                latency(bootstrap, tl_topics, args.paced, args.rate)
+                tl_worker.stop()
+            if args.only in (None, "placement"):
+                placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate)
+            if args.only in (None, "lockbox"):
+                lb_worker, _ = throughput(bootstrap, work, LOCK_REQUESTS, LOCKS, request_events(args.requests),
+                                          fold_lockbox, "lockbox")
+                workers.append(lb_worker)
         finally:
             for w in workers:
                 w.stop()

@@ -7,7 +7,9 @@
 - ``used_bytes`` of a server is its loaded bytes plus its queued loads.
 - ``queued[server][purpose]`` counts queued loads by purpose, for the stage limits.
 - Cost caches, built lazily per server, hold the projected placement: loaded
-  segments, minus queued drops and move sources, plus queued loads.
+  segments, minus queued drops and move sources, plus queued loads. With a
+  :class:`~coordinator.planner.cost_shelf.CostCacheShelf` they come from the
+  shelf, reconciled to that placement, and the run's changes stay in them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 from coordinator.balancer.cost_cache import ServerCostCache
 from coordinator.planner.cluster import ClusterView, Purpose, QueueItem
+from coordinator.planner.cost_shelf import CostCacheShelf
 from events.segment import SegmentDescriptor, SegmentId
 
 
@@ -31,8 +34,9 @@ class Copies:
 
 
 class Projection:
-    def __init__(self, view: ClusterView) -> None:
+    def __init__(self, view: ClusterView, shelf: CostCacheShelf | None = None) -> None:
         self.view = view
+        self.shelf = shelf
         self.tier_of = {name: s.server.tier for name, s in view.servers.items()}
         self.tiers: dict[str, list[str]] = {}
         for name in sorted(view.servers):
@@ -109,12 +113,15 @@ class Projection:
                     cache.remove(sid)
             cache.extend(self.segment(sid) for sid, keep in changes.items() if keep and sid in self.view.segments)
         if cache is None:
-            cache = ServerCostCache(window=self.window)
             gone = self.dropping[name]
             placed = [self.segment(s) for s in self.loaded[name] if s not in gone and s in self.view.segments
                       and name not in self.move_sources.get(s, ())]
             placed += [self.segment(s) for s in self.loading[name] if s in self.view.segments]
-            cache.extend(placed)
+            if self.shelf is not None:
+                cache = self.shelf.cache_for(name, placed, self.window)
+            else:
+                cache = ServerCostCache(window=self.window)
+                cache.extend(placed)
             self._caches[name] = cache
         return cache
 

@@ -56,6 +56,7 @@ from streaming.producer import EventProducer
 from streaming.service import lockbox_agent as lockbox_mod
 from streaming.service import planner_agent as planner_mod
 from streaming.service import timeline_agent as timeline_mod
+from streaming.service.heap import FrozenHeap
 from streaming.service.intake import InputRecord
 from streaming.service.lockbox_agent import LockboxAgent
 from streaming.service.planner_agent import PlannerAgent
@@ -65,7 +66,8 @@ from streaming.service.timeline_agent import TimelineAgent
 log = logging.getLogger("segcoord.service")
 
 BATCH_MAX = 1000
-BATCH_WITHIN_S = 0.05
+BATCH_WITHIN_S = 0.01
+FETCH_MAX_WAIT_MS = 10
 EXIT_AGENT_FAILED = 70
 PLAN_EVERY_S = 5.0
 
@@ -77,7 +79,8 @@ Agent = TimelineAgent | LockboxAgent | PlannerAgent
 
 
 def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: LockboxAgent,
-              planner: PlannerAgent | None = None, plan_every_s: float = PLAN_EVERY_S) -> Any:
+              planner: PlannerAgent | None = None, plan_every_s: float = PLAN_EVERY_S,
+              heap: FrozenHeap | None = None) -> Any:
     """A Faust app with the timeline agent over every partition of ``segments``, the lockbox agent over
     every partition of ``lock-requests`` and (when given) the planner over ``segments``, ``cluster`` and
     ``commands`` plus its timer."""
@@ -106,13 +109,33 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     stored: dict[str, list[StoredOffsets]] = {}
     for name, topic_names, agent in agents:
         topic = app.topic(*topic_names, key_serializer="raw", value_serializer="raw")
-        app.agent(topic, name=f"{app_id}.{name}")(_agent_body(name, agent))
+        app.agent(topic, name=f"{app_id}.{name}")(_agent_body(name, agent, heap))
         for topic_name in topic_names:
             stored.setdefault(topic_name, []).append(agent.next_offsets)
     if planner is not None:
         app.timer(plan_every_s, name=f"{app_id}.planner-timer")(_planner_timer(planner))
     _position_from_store(app, stored)
+    _short_fetch_wait(app)
     return app
+
+
+def _short_fetch_wait(app: Any) -> None:
+    """Make the worker's fetches return within ``FETCH_MAX_WAIT_MS`` when no data is there, not Faust's 1.5 s.
+
+    aiokafka leaves a partition out of the next fetch while records of it are still buffered, and Faust
+    builds its consumer with a hard-coded ``fetch_max_wait_ms=1500``: a record arriving on such a partition
+    then waits for the in-flight long poll of the other partitions, up to 1.5 s (measured: p50 0.6 s,
+    p99 1.7 s from produce to visibility). Faust has no setting for it, so the one factory method that
+    builds the aiokafka consumer is wrapped on this app's consumer thread."""
+    thread = app.consumer._thread
+    build = thread._create_worker_consumer
+
+    def build_with_short_wait(transport: Any) -> Any:
+        consumer = build(transport)
+        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
+        return consumer
+
+    thread._create_worker_consumer = build_with_short_wait
 
 
 def _planner_timer(planner: PlannerAgent) -> Callable[[], Any]:
@@ -132,7 +155,7 @@ def _planner_timer(planner: PlannerAgent) -> Callable[[], Any]:
     return planner_timer
 
 
-def _agent_body(name: str, agent: Agent) -> Callable[[Any], Any]:
+def _agent_body(name: str, agent: Agent, heap: FrozenHeap | None = None) -> Callable[[Any], Any]:
     """The Faust agent coroutine: batches of records into ``agent.process``; any failure exits the process."""
 
     async def body(stream: Any) -> None:
@@ -143,6 +166,8 @@ def _agent_body(name: str, agent: Agent) -> Callable[[Any], Any]:
             ]
             try:
                 agent.process(records)
+                if heap is not None:
+                    heap.after_batch()
             except Exception:
                 log.exception("%s agent failed; exiting so a restart resumes from the store", name)
                 logging.shutdown()
@@ -214,7 +239,10 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
               f"{_resume_text(planner.next_offsets())}"
               f"{' (store wiped: older format)' if pl_store.wiped else ''}, planning every {plan_every_s:g}s",
               flush=True)
-        app = build_app(bootstrap, topics, timeline, lockbox, planner, plan_every_s)
+        heap = FrozenHeap()
+        heap.start()  # the restored state is frozen out of the collector's scans
+        app = build_app(bootstrap, topics, timeline, lockbox, planner,
+                        plan_every_s, heap)
         worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
         try:
             worker.execute_from_commandline()

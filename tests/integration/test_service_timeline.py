@@ -141,6 +141,12 @@ class Service:
             self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
+    def loaded(self, starts: int, timeout: float = 60.0) -> None:
+        """Wait until the ``starts``-th run has loaded its stores (its " resumes at " line is out), so a kill that
+        follows hits the worker itself, not the interpreter's start-up (slow on a loaded machine)."""
+        wait_for(f"start {starts} to load its state",
+                 lambda: self.log.read_text().count(" resumes at ") >= starts, self, timeout)
+
     def kill(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
@@ -360,12 +366,15 @@ def test_crash_recovery_sigkill_at_20_points_equals_pure_fold(kafka_bootstrap: s
     rng = random.Random(20261121)
     events = segment_stream(rng, 50_000)
     pauses = [rng.uniform(0.8, 3.5) for _ in range(20)]
-    producing_for = sum(pauses) + 5.0
+    producing_for = sum(pauses) + 20 * 1.5  # each restart also loads its state before the next pause starts
     chunks = [events[i:i + 250] for i in range(0, len(events), 250)]
+    kills_done = threading.Event()
 
     def produce() -> None:
         producer = EventProducer(kafka_bootstrap, topics)
-        for chunk in chunks:
+        for i, chunk in enumerate(chunks):
+            if i == len(chunks) - 10:
+                kills_done.wait(600)  # the stream is still flowing at every kill, however slow the restarts are
             for e in chunk:
                 producer.send(e)
             producer.flush()
@@ -377,15 +386,18 @@ def test_crash_recovery_sigkill_at_20_points_equals_pure_fold(kafka_bootstrap: s
     kills_while_flowing = 0
     try:
         service.start()
-        for pause in pauses:
+        for starts, pause in enumerate(pauses, start=1):
+            service.loaded(starts)
             time.sleep(pause)
             kills_while_flowing += flow.is_alive()
             service.kill()
             service.start()
+        kills_done.set()
         flow.join()
         expected = pure_fold(read_all(kafka_bootstrap, topics.name(SEGMENTS)))
         wait_for_outputs(kafka_bootstrap, topics, len(expected.outputs), service, timeout=120)
     finally:
+        kills_done.set()
         flow.join()
         if service.alive():
             assert service.stop() == 0
