@@ -20,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import re
 
 MILLIS_PER_SECOND = 1_000
@@ -103,6 +104,16 @@ def fields_from_instant(ms: int) -> tuple[int, int, int, int, int, int, int]:
 
 
 def parse_instant(text: str) -> int:
+    """Parse an ISO-8601 date or date-time to UTC milliseconds (see :func:`_parse_instant`).
+
+    Memoized (bounded): a stream names the same interval boundaries over and over.
+    """
+    if not isinstance(text, str):
+        raise InstantError(f"{text!r} is not an ISO-8601 instant (expected e.g. 2026-11-21T10:00:00.000Z)")
+    return _parse_instant_cached(text)
+
+
+def _parse_instant(text: str) -> int:
     """Parse an ISO-8601 date or date-time to UTC milliseconds.
 
     Accepts a date alone (midnight UTC), optional minutes/seconds/fraction, and a
@@ -140,8 +151,12 @@ def parse_instant(text: str) -> int:
     return ms
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def format_instant(ms: int) -> str:
-    """Druid's text of an instant: ``YYYY-MM-DDTHH:MM:SS.mmmZ`` in UTC."""
+    """Druid's text of an instant: ``YYYY-MM-DDTHH:MM:SS.mmmZ`` in UTC (memoized, bounded)."""
     year, month, day, hour, minute, second, millis = fields_from_instant(ms)
     year_text = f"-{-year:04d}" if year < 0 else f"{year:04d}"
     return f"{year_text}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}.{millis:03d}Z"
+
+
+_parse_instant_cached = functools.lru_cache(maxsize=1 << 16)(_parse_instant)
