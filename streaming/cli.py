@@ -523,6 +523,15 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("--topic-prefix", default=None)
     hist.set_defaults(func=cmd_historical)
 
+    # -- the Spark balancer (streaming/balancer/) --
+    from streaming.balancer import job as balancer_job
+
+    balancer = sub.add_parser("balancer", help="the Spark Structured Streaming balancer (moves on commands)")
+    bal_run = balancer.add_subparsers(dest="action", metavar="ACTION", required=True).add_parser(
+        "run", help="run the balancer job (local Spark by default) until interrupted or --available-now ends")
+    balancer_job.add_arguments(bal_run)
+    bal_run.set_defaults(func=lambda args: balancer_job.run(args, _bootstrap(args)))
+
     evs = sub.add_parser("events", help="the event contract")
     esub = evs.add_subparsers(dest="action", metavar="ACTION", required=True)
     validate = esub.add_parser("validate", help="validate a JSON-lines file of envelopes")

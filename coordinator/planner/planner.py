@@ -44,6 +44,7 @@ from typing import Literal
 
 import numpy as np
 
+from coordinator.balancer.cost_cache import ServerCostCache
 from coordinator.balancer.strategy import TIE_TOLERANCE, num_best_servers
 from coordinator.planner.cluster import ClusterView, Purpose
 from coordinator.planner.projection import Projection
@@ -98,9 +99,12 @@ def _newest_first(seg: SegmentDescriptor) -> tuple[int, int, str, int]:
 
 
 class _Run:
-    def __init__(self, view: ClusterView, compute_cost: bool) -> None:
+    def __init__(self, view: ClusterView, compute_cost: bool, balancing: bool = True,
+                 only_tier: str | None = None) -> None:
         self.view = view
         self.p = Projection(view)
+        self.balancing = balancing  # False: stages 7, 10, 11 are someone else's (the Spark balancer)
+        self.only_tier = only_tier  # balance this tier alone (None: every tier)
         used_count = len(view.used)
         self.limits = view.config.effective(used_count, len(view.servers))
         shares = view.config.queue_shares()
@@ -322,7 +326,11 @@ class _Run:
         return "full" if blocked else "stay"
 
     def balance(self, stage: int, share: float | None, relative: bool, record: bool) -> None:
+        if not self.balancing:
+            return
         for tier in sorted(self.p.tiers):
+            if self.only_tier is not None and tier != self.only_tier:
+                continue
             cap = self.limits.max_segments_to_move
             if self.moves_made[tier] >= cap:
                 continue
@@ -351,6 +359,8 @@ class _Run:
                     break
 
     def balance_blocked(self, stage: int) -> None:
+        if not self.balancing:
+            return
         for tier in sorted(self.to_be_balanced):
             for sid in self.to_be_balanced[tier]:
                 if self.moves_made[tier] >= self.limits.max_segments_to_move:
@@ -476,6 +486,15 @@ class _Run:
                     total += cache.cost_of(self.p.segment(sid))
         return total / 2
 
+    def tier_cost(self, tier: str) -> float:
+        """The joint cost of every pair of segments sharing a server of the tier (projected placement)."""
+        total = 0.0
+        for n in self.p.tiers.get(tier, []):
+            cache = self.p.cache(n)
+            for sid in cache.segment_ids():
+                total += cache.cost_of(self.p.segment(sid))
+        return total / 2
+
     def run(self) -> Plan:
         view = self.view
         unknown = tuple(view.rules.unknown_tiers(set(self.p.tiers)))
@@ -539,9 +558,58 @@ def _put(metrics: dict[str, object], key: str, value: int) -> None:
         metrics[key] = value
 
 
-def plan(view: ClusterView, compute_cost: bool = True) -> Plan:
-    """One coordinator run over a snapshot of the cluster."""
-    return _Run(view, compute_cost).run()
+def plan(view: ClusterView, compute_cost: bool = True, *, balance: bool = True) -> Plan:
+    """One coordinator run over a snapshot of the cluster.
+
+    ``balance=False`` skips the balancing stages 7, 10 and 11 (while the Spark balancer runs, moves come
+    from it alone); every other stage is unchanged.
+    """
+    return _Run(view, compute_cost, balancing=balance).run()
+
+
+def balance_tier(view: ClusterView, tier: str, caches: dict[str, ServerCostCache] | None = None,
+                 compute_cost: bool = False) -> Plan:
+    """Seed 004's balancing stages alone (7 within the balancing share, 10, then 11 with the full queue) for one
+    tier: the same code and the same seeded segment order as :func:`plan`, whose moves it returns for a view
+    in which no other stage has anything to do (every segment at its target replication, nothing to drain).
+
+    ``caches`` (optional, per server of the tier) lets a caller keep cost caches alive across runs: a cache
+    given must hold the server's *projected* placement (loaded minus queued drops and move sources, plus
+    queued loads); missing ones are built; on return the dict holds every server's cache *after* the moves
+    (the placement the next view will project, once the moves are queued in it). Metrics: the tier's
+    ``segment/moved/count``, its ``balancer/cost/before|after`` when ``compute_cost`` (O(n log n)).
+
+    >>> from coordinator.planner.cluster import Server, ServerState
+    >>> from coordinator.rules.ruleset import RuleSet
+    >>> from events import Interval, SegmentDescriptor
+    >>> segs = [SegmentDescriptor("wiki", Interval(h * 3_600_000, (h + 1) * 3_600_000), "v1") for h in range(4)]
+    >>> servers = {"a": ServerState(Server("a", "hot", 10**9), frozenset(s.id for s in segs)),
+    ...            "b": ServerState(Server("b", "hot", 10**9))}
+    >>> rules = RuleSet.parse({"_default": [{"type": "loadForever", "tieredReplicants": {"hot": 1}}]})
+    >>> view = ClusterView(0, servers, {s.id: s for s in segs}, frozenset(s.id for s in segs), rules)
+    >>> [(c.type, c.source, c.server) for c in balance_tier(view, "hot").commands]
+    [('move', 'a', 'b'), ('move', 'a', 'b')]
+    """
+    run = _Run(view, compute_cost, only_tier=tier)
+    if view.config.pause_coordination:
+        return Plan((), (), {"coordination/paused": 1})
+    names = run.p.tiers.get(tier, [])
+    if caches:
+        run.p._caches.update((n, c) for n, c in caches.items() if n in names)
+    cost_before = run.tier_cost(tier) if compute_cost else None
+    run.balance_candidates(tier)  # as of the start of the run, as in plan()
+    run.balance(7, run.shares["balancing"], True, record=True)
+    run.balance_blocked(10)
+    run.balance(11, None, False, record=False)
+    metrics: dict[str, object] = {"segment/moved/count": {tier: run.moves_made[tier]}}
+    if cost_before is not None:
+        metrics["balancer/cost/before"] = cost_before
+        metrics["balancer/cost/after"] = run.tier_cost(tier)
+    if caches is not None:
+        caches.clear()
+        caches.update((n, run.p.cache(n)) for n in names)
+    metrics["decisions"] = len(run.commands)
+    return Plan(tuple(run.commands), (), metrics)
 
 
 Planner = Callable[[ClusterView], Plan]

@@ -1,0 +1,232 @@
+"""The Spark balancer on the real broker and local Spark: agreement, convergence, restart from the checkpoint.
+
+The cluster is events on real topics (servers, rules, config, publishes, announces);
+instead of 21 historical processes an in-test executor answers the job's commands the
+way a historical does (announce the load, unannounce a move's source only after its
+target announced), writing the answers back to ``segments`` for the job to read.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from coordinator.planner.cluster import ClusterView, Server, ServerState
+from coordinator.planner.planner import balance_tier, plan
+from coordinator.rules.dynamic_config import DynamicConfig
+from coordinator.rules.ruleset import RuleSet
+from events import Envelope, Topics
+from events.commands import DropSegment, LoadSegment
+from events.envelope import decode
+from events.registry import Event
+from events.topics import COMMANDS
+from streaming.balancer import job
+from streaming.consumer import EventConsumer
+from streaming.producer import EventProducer
+from tests.unit.balancer.balancer_events import TIER, ClusterSpec, Executor
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def produce(bootstrap: str, topics: Topics, envelopes: list[Envelope[Event]]) -> None:
+    producer = EventProducer(bootstrap, topics)
+    for env in envelopes:
+        producer.send(env)
+    producer.flush()
+
+
+def read_commands(bootstrap: str, topics: Topics) -> list[Envelope[Event]]:
+    """Everything on ``commands`` (one partition) up to its high watermark, in order."""
+    name = topics.name(COMMANDS)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    try:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(name, 0), timeout=30)
+        consumer.assign([TopicPartition(name, 0, OFFSET_BEGINNING)])
+        out: list[Envelope[Event]] = []
+        last = -1
+        while last < high - 1:
+            msg = consumer.poll(10)
+            assert msg is not None, f"{name}: no message after offset {last} (high watermark {high})"
+            assert msg.error() is None, msg.error()
+            out.append(decode(msg.value()))
+            last = msg.offset()
+        return out
+    finally:
+        consumer.close()
+
+
+def dedup(envelopes: list[Envelope[Event]]) -> list[Envelope[Event]]:
+    seen: set[str] = set()
+    out = []
+    for env in envelopes:
+        if env.event_id not in seen:
+            seen.add(env.event_id)
+            out.append(env)
+    return out
+
+
+def run_available_now(spark: Any, bootstrap: str, topics: Topics, checkpoint: Path,
+                      metrics: Path | None = None) -> None:
+    query = job.start(spark, bootstrap, topics, checkpoint, available_now=True, metrics_path=metrics)
+    query.awaitTermination(300)
+    assert query.exception() is None
+
+
+def moves_of(commands: list[Envelope[Event]]) -> list[tuple[str, str, str, str]]:
+    """(segment, from, to, stage) per move, in command order, from LoadSegment/DropSegment pairs."""
+    loads = {e.event.move_id: e.event for e in commands if isinstance(e.event, LoadSegment)}
+    out = []
+    for env in commands:
+        drop = env.event
+        if isinstance(drop, DropSegment) and drop.move_id in loads:
+            load = loads[drop.move_id]
+            out.append((drop.segment_id, drop.server, load.server, load.stage))
+    return out
+
+
+def test_agreement_with_the_pure_balancing_stage(kafka_bootstrap: str, topics: Topics, spark: Any,
+                                                 tmp_path: Path) -> None:
+    spec = ClusterSpec(servers=8, new_servers=1, data_sources=3, hours=48)
+    events = spec.events()
+    produce(kafka_bootstrap, topics, events)
+    run_available_now(spark, kafka_bootstrap, topics, tmp_path / "ck")  # one batch, the tier's run 1
+    spark_moves = moves_of(read_commands(kafka_bootstrap, topics))
+
+    placement = spec.placement()
+    segments = {s.id: s for held in placement.values() for s in held}
+    view = ClusterView(
+        now=events[-1].occurred_at,
+        servers={n: ServerState(Server(n, TIER, 10**12), frozenset(s.id for s in held))
+                 for n, held in placement.items()},
+        segments=segments, used=frozenset(segments),
+        rules=RuleSet.parse({"_default": [{"type": "loadForever", "tieredReplicants": {TIER: 1}}]}),
+        config=DynamicConfig.parse(spec.config), run=1)  # the first balancing run
+    pure = [(str(c.segment), c.source, c.server, str(c.stage)) for c in balance_tier(view, TIER).commands]
+    whole_plan = [(str(c.segment), c.source, c.server, str(c.stage)) for c in plan(view).commands if c.type == "move"]
+    assert pure, "the frozen placement (one empty server) must need moves"
+    assert spark_moves == pure == whole_plan
+
+
+def test_convergence_with_a_new_empty_server(kafka_bootstrap: str, topics: Topics, spark: Any,
+                                             tmp_path: Path) -> None:
+    spec = ClusterSpec(servers=20, new_servers=1, data_sources=5, hours=120,
+                       config={"smartSegmentLoading": False, "maxSegmentsToMove": 100,
+                               "maxSegmentsInNodeLoadingQueue": 100})
+    executor = Executor.of(spec.placement())
+    cost_at_start = executor.total_cost()
+    produce(kafka_bootstrap, topics, spec.events())
+    metrics = tmp_path / "metrics.jsonl"
+    stop = threading.Event()
+    last_command = [time.monotonic()]
+    failures: list[BaseException] = []
+
+    def answer_loop() -> None:  # the historicals: commands in, announces/unannounces out
+        consumer = EventConsumer(kafka_bootstrap, topics, f"x-{uuid.uuid4().hex}", [COMMANDS])
+        producer = EventProducer(kafka_bootstrap, topics)
+        try:
+            while not stop.is_set():
+                records = consumer.poll(timeout=0.2)
+                if records:
+                    last_command[0] = time.monotonic()
+                for env in executor.answer([r.envelope for r in records]):
+                    producer.send(env)
+                producer.flush()
+        except BaseException as e:  # surfaced by the test
+            failures.append(e)
+        finally:
+            consumer.close()
+            producer.close()
+
+    thread = threading.Thread(target=answer_loop, daemon=True)
+    thread.start()
+    query = job.start(spark, kafka_bootstrap, topics, tmp_path / "ck", trigger_seconds=0.5, metrics_path=metrics,
+                      compute_cost=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and query.exception() is None and not failures:
+            time.sleep(1)
+            quiet = time.monotonic() - last_command[0] > 3
+            if quiet and not executor.waiting and _last_triggered_had_no_moves(metrics):
+                break
+    finally:
+        query.stop()
+        stop.set()
+        thread.join(30)
+    assert not failures and query.exception() is None
+    summaries = [orjson.loads(line) for line in metrics.read_bytes().splitlines()]
+    triggered = [s for s in summaries if s["triggered"] and "maxSegmentsToMove" in s]
+    assert triggered and triggered[-1]["moves"] == 0, "the job must reach a batch with nothing left to move"
+
+    counts = executor.counts()
+    mean = statistics.mean(counts.values())
+    assert all(abs(c - mean) <= 0.05 * mean for c in counts.values()), counts
+    assert counts["h20"] > 0  # the new server took its share
+    costs = [s["costAfter"] for s in triggered]
+    assert all(b <= a * (1 + 1e-9) for a, b in itertools.pairwise(costs)), costs  # never rises
+    assert costs[-1] < cost_at_start and triggered[-1]["costBefore"] == pytest.approx(costs[-1], rel=1e-9)
+    assert executor.total_cost() == pytest.approx(costs[-1], rel=1e-9)  # the applied placement is the projected one
+    for s in triggered:  # no batch exceeds its limits (the balancing share of each queue counts in-flight moves)
+        assert s["moves"] <= s["maxSegmentsToMove"]
+        assert all(n <= s["balancingQueueCap"] for n in s["balancingQueues"].values()), s
+
+
+def _last_triggered_had_no_moves(metrics: Path) -> bool:
+    if not metrics.exists():
+        return False
+    lines = metrics.read_bytes().splitlines()
+    summaries = [orjson.loads(line) for line in lines]
+    triggered = [s for s in summaries if s["triggered"]]
+    return bool(triggered) and triggered[-1]["moves"] == 0 and triggered[-1].get("balancingQueues") == {}
+
+
+def _rounds(spark: Any, bootstrap: str, topics: Topics, checkpoint: Path, spec: ClusterSpec, rounds: int,
+            crash_round: int | None = None) -> list[Envelope[Event]]:
+    """Feed the input, then per round: one available-now run, answer its new commands. The crash round runs
+    the job in a subprocess killed (SIGKILL) after it wrote the round's commands, before Spark committed them,
+    then the same round again in this process from the checkpoint."""
+    executor = Executor.of(spec.placement())
+    produce(bootstrap, topics, spec.events())
+    for r in range(rounds):
+        if r == crash_round:
+            env = {**os.environ, job.CRASH_ENV: str(r)}
+            proc = subprocess.run(
+                [sys.executable, "-m", "streaming.cli", "balancer", "run", "--available-now", "--bootstrap", bootstrap,
+                 "--prefix", topics.prefix, "--checkpoint", str(checkpoint)], env=env, capture_output=True,
+                timeout=300)
+            assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+        run_available_now(spark, bootstrap, topics, checkpoint)
+        produce(bootstrap, topics, executor.answer(read_commands(bootstrap, topics)))
+    return read_commands(bootstrap, topics)
+
+
+def test_restart_from_the_checkpoint_applies_no_move_twice(kafka_bootstrap: str, spark: Any, tmp_path: Path) -> None:
+    from streaming.admin import create_topics
+
+    spec = ClusterSpec(servers=6, new_servers=1, data_sources=2, hours=48,
+                       config={"smartSegmentLoading": False, "maxSegmentsToMove": 6,
+                               "maxSegmentsInNodeLoadingQueue": 20})
+    a, b = Topics(f"a{uuid.uuid4().hex[:8]}."), Topics(f"b{uuid.uuid4().hex[:8]}.")
+    for t in (a, b):
+        create_topics(kafka_bootstrap, t, partitions=1)
+    uninterrupted = _rounds(spark, kafka_bootstrap, a, tmp_path / "a", spec, rounds=3)
+    restarted = _rounds(spark, kafka_bootstrap, b, tmp_path / "b", spec, rounds=3, crash_round=1)
+
+    def key(env: Envelope[Event]) -> bytes:
+        return orjson.dumps(env.to_json())
+
+    assert len(restarted) > len(dedup(restarted)), "the crash came after the write: the batch was sent twice"
+    assert [key(e) for e in dedup(restarted)] == [key(e) for e in dedup(uninterrupted)]
+    assert len(moves_of(dedup(uninterrupted))) > 6  # several rounds of moves, not one

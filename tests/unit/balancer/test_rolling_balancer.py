@@ -1,0 +1,154 @@
+"""The Spark balancer's per-batch logic without Spark: agreement with the planner, rolling equals rebuilding,
+restore from state entries, convergence of the move loop, limits per batch."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from coordinator.balancer.cost_cache import ServerCostCache
+from coordinator.planner.cluster import ClusterView, Server, ServerState
+from coordinator.planner.planner import balance_tier, plan
+from coordinator.rules.dynamic_config import DynamicConfig
+from coordinator.rules.ruleset import RuleSet
+from events import Envelope
+from events.registry import Event
+from streaming.balancer.batch import BatchResult, run_batch
+from streaming.balancer.commands import move_ids
+from streaming.balancer.placement import ANSWERED, TierPlacement
+from tests.unit.balancer.balancer_events import TIER, ClusterSpec, Executor
+
+
+class Store:
+    """What the Spark state holds: the entries :meth:`TierPlacement.take_dirty` writes, and the meta value."""
+
+    def __init__(self) -> None:
+        self.maps: dict[str, dict[str, str]] = {}
+        self.meta: str | None = None
+
+    def save(self, p: TierPlacement) -> None:
+        for family, key, value in p.take_dirty():
+            if value is None:
+                self.maps.setdefault(family, {}).pop(key, None)
+            else:
+                self.maps.setdefault(family, {})[key] = value
+        self.meta = p.meta()
+
+    def restore(self) -> TierPlacement:
+        def entries(name: str) -> list[tuple[str, str]]:
+            return sorted(self.maps.get(name, {}).items())
+        return TierPlacement.restore(TIER, self.meta, entries("segments"), entries("servers"), entries("queue"))
+
+
+def loop(spec: ClusterSpec, batches: int, rebuild_every_batch: bool) -> tuple[list[BatchResult], Executor]:
+    executor = Executor.of(spec.placement())
+    store = Store()
+    placement = TierPlacement(TIER)
+    pending: list[Envelope[Event]] = spec.events()
+    results = []
+    for b in range(batches):
+        if rebuild_every_batch:
+            placement = store.restore()
+        answered = store.maps.get(ANSWERED, {})
+        result = run_batch(placement, pending, b, answered.__contains__)
+        store.save(placement)
+        results.append(result)
+        pending = result.commands + executor.answer(result.commands)
+        if result.summary["moves"] == 0 and b > 0:
+            break
+    return results, executor
+
+
+def frozen_view(spec: ClusterSpec, run: int) -> ClusterView:
+    placement = spec.placement()
+    segments = {s.id: s for held in placement.values() for s in held}
+    return ClusterView(
+        now=spec.events()[-1].occurred_at,
+        servers={n: ServerState(Server(n, TIER, 10**12), frozenset(s.id for s in held))
+                 for n, held in placement.items()},
+        segments=segments, used=frozenset(segments),
+        rules=RuleSet.parse({"_default": [{"type": "loadForever", "tieredReplicants": {TIER: 1}}]}),
+        config=DynamicConfig.parse(spec.config), run=run)
+
+
+def moves(result: BatchResult) -> list[tuple[str, str, str]]:
+    out = []
+    for env in result.commands:
+        e: Any = env.event
+        if env.event_type == "load_segment":
+            out.append((str(e.segment.id), e.server, e.move_id))
+    return out
+
+
+def test_first_batch_picks_the_planner_moves_with_the_run_number_as_seed() -> None:
+    spec = ClusterSpec(servers=8, data_sources=3, hours=48)
+    placement = TierPlacement(TIER)
+    run_batch(placement, [], 3)  # a batch that balances nothing does not advance the run number
+    result = run_batch(placement, spec.events(), 5)
+    assert result.summary["run"] == 1
+    pure = balance_tier(frozen_view(spec, 1), TIER).commands
+    assert pure and [(str(c.segment), c.server) for c in pure] == [(s, t) for s, t, _ in moves(result)]
+    assert [c for c in plan(frozen_view(spec, 1)).commands if c.type == "move"] == list(pure)
+    assert [m for _, _, m in moves(result)] == [move_ids(TIER, 1, i)[0] for i in range(len(pure))]
+    other_seed = balance_tier(frozen_view(spec, 2), TIER).commands
+    assert [c.segment for c in other_seed] != [c.segment for c in pure]  # the seed matters
+
+
+def test_plan_without_balancing_has_no_balancing_moves() -> None:
+    spec = ClusterSpec(servers=8, data_sources=3, hours=48)
+    assert plan(frozen_view(spec, 1), balance=False).commands == ()
+
+
+def test_rolling_caches_equal_a_rebuild_from_state_every_batch() -> None:
+    spec = ClusterSpec(servers=10, data_sources=3, hours=72,
+                       config={"smartSegmentLoading": False, "maxSegmentsToMove": 15,
+                               "maxSegmentsInNodeLoadingQueue": 30})
+    rolled, ex1 = loop(spec, 12, rebuild_every_batch=False)
+    rebuilt, ex2 = loop(spec, 12, rebuild_every_batch=True)
+    assert [r.commands for r in rolled] == [r.commands for r in rebuilt]
+    assert ex1.counts() == ex2.counts()
+    assert sum(r.summary["moves"] for r in rolled) > 15
+
+
+def test_live_caches_hold_the_projected_placement() -> None:
+    spec = ClusterSpec(servers=6, data_sources=2, hours=48,
+                       config={"smartSegmentLoading": False, "maxSegmentsToMove": 5,
+                               "maxSegmentsInNodeLoadingQueue": 20})
+    placement = TierPlacement(TIER)
+    executor = Executor.of(spec.placement())
+    pending: list[Envelope[Event]] = spec.events()
+    for b in range(4):
+        result = run_batch(placement, pending, b)
+        answers = executor.answer(result.commands)
+        pending = result.commands + answers[: len(answers) // 2]  # half the answers arrive: moves stay in flight
+    for name, cache in placement.caches.items():
+        expected = {sid for sid in placement.segments if placement.projected(name, sid)}
+        assert set(cache.segment_ids()) == expected
+        fresh = ServerCostCache()
+        fresh.extend(placement.segments[s] for s in expected)
+        probe = next(iter(placement.segments.values()))
+        assert abs(cache.cost_of(probe) - fresh.cost_of(probe)) <= 1e-9 * max(1.0, fresh.cost_of(probe))
+
+
+def test_own_commands_read_back_and_duplicates_change_nothing() -> None:
+    spec = ClusterSpec(servers=6, data_sources=2, hours=48)
+    placement = TierPlacement(TIER)
+    first = run_batch(placement, spec.events(), 0)
+    assert first.commands
+    again = run_batch(placement, first.commands + first.commands, 1)
+    assert not again.summary["triggered"] and again.commands == []
+
+
+def test_the_move_loop_converges_within_limits() -> None:
+    spec = ClusterSpec(servers=20, new_servers=1, data_sources=5, hours=120,
+                       config={"smartSegmentLoading": False, "maxSegmentsToMove": 100,
+                               "maxSegmentsInNodeLoadingQueue": 100})
+    results, executor = loop(spec, 80, rebuild_every_batch=False)
+    assert results[-1].summary["moves"] == 0
+    counts = executor.counts()
+    mean = statistics.mean(counts.values())
+    assert all(abs(c - mean) <= 0.05 * mean for c in counts.values()), counts
+    for r in results:
+        s = r.summary
+        assert s["moves"] <= s["maxSegmentsToMove"]
+        assert all(n <= s["balancingQueueCap"] for n in s["balancingQueues"].values())
