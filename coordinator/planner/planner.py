@@ -47,6 +47,7 @@ import numpy as np
 from coordinator.balancer.cost_cache import ServerCostCache
 from coordinator.balancer.strategy import TIE_TOLERANCE, num_best_servers
 from coordinator.planner.cluster import ClusterView, Purpose
+from coordinator.planner.cost_shelf import CostCacheShelf
 from coordinator.planner.projection import Projection
 from coordinator.timeline.timeline import Timeline
 from events.segment import SegmentDescriptor, SegmentId
@@ -100,9 +101,9 @@ def _newest_first(seg: SegmentDescriptor) -> tuple[int, int, str, int]:
 
 class _Run:
     def __init__(self, view: ClusterView, compute_cost: bool, balancing: bool = True,
-                 only_tier: str | None = None) -> None:
+                 only_tier: str | None = None, shelf: CostCacheShelf | None = None) -> None:
         self.view = view
-        self.p = Projection(view)
+        self.p = Projection(view, shelf)
         self.balancing = balancing  # False: stages 7, 10, 11 are someone else's (the Spark balancer)
         self.only_tier = only_tier  # balance this tier alone (None: every tier)
         used_count = len(view.used)
@@ -558,13 +559,16 @@ def _put(metrics: dict[str, object], key: str, value: int) -> None:
         metrics[key] = value
 
 
-def plan(view: ClusterView, compute_cost: bool = True, *, balance: bool = True) -> Plan:
+def plan(view: ClusterView, compute_cost: bool = True, *, balance: bool = True,
+         shelf: CostCacheShelf | None = None) -> Plan:
     """One coordinator run over a snapshot of the cluster.
 
     ``balance=False`` skips the balancing stages 7, 10 and 11 (while the Spark balancer runs, moves come
-    from it alone); every other stage is unchanged.
+    from it alone); every other stage is unchanged. ``shelf`` keeps the per-server cost caches between runs
+    (reconciled to each run's projected placement): the same plan, with cost work proportional to what
+    changed since the last run.
     """
-    return _Run(view, compute_cost, balancing=balance).run()
+    return _Run(view, compute_cost, balancing=balance, shelf=shelf).run()
 
 
 def balance_tier(view: ClusterView, tier: str, caches: dict[str, ServerCostCache] | None = None,

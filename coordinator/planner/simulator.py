@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.planner.cluster import ClusterView, Purpose, QueueItem, Server, ServerState
+from coordinator.planner.cost_shelf import CostCacheShelf
 from coordinator.planner.planner import Plan, plan
 from coordinator.rules.dynamic_config import DynamicConfig
 from coordinator.rules.ruleset import RuleSet
@@ -420,13 +421,14 @@ class Simulator:
         node.loaded.add(sid)
         return True
 
-    def run(self, compute_cost: bool = True) -> list[RunReport]:
+    def run(self, compute_cost: bool = True, shelf: CostCacheShelf | None = None) -> list[RunReport]:
+        """Every run of the scenario; with ``shelf`` the cost caches live across runs (same reports)."""
         reports = []
         for run in range(1, self.scenario.runs + 1):
             for e in self.scenario.events:
                 if e.before_run == run:
                     self.apply_event(e)
-            result = plan(self.view(run), compute_cost)
+            result = plan(self.view(run), compute_cost, shelf=shelf)
             self.enqueue(result)
             if self.scenario.load_completion == "between_runs":
                 self.complete(self.now + self.scenario.period_millis)
