@@ -13,7 +13,7 @@ from events.cluster import (
     ServerLeft,
     ServerRecommissioned,
 )
-from events.commands import DropSegment, LoadSegment
+from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.deadletter import DeadLettered
 from events.envelope import Envelope, decode, encode, from_json
 from events.ids import derived_event_id
@@ -50,6 +50,7 @@ from events.visibility import SegmentVisibilityChanged
 __all__ = [
     "ETERNITY",
     "TOPIC_SPECS",
+    "CancelSegmentLoad",
     "DeadLettered",
     "DropSegment",
     "DynamicConfigSet",

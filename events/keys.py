@@ -21,7 +21,7 @@ from events.cluster import (
     ServerLeft,
     ServerRecommissioned,
 )
-from events.commands import DropSegment, LoadSegment
+from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.registry import Event
 from events.segment import SegmentId, SegmentIdError
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
@@ -34,7 +34,7 @@ def partition_key(event: Event) -> str | None:
         return "config"
     if isinstance(event, ServerJoined | ServerLeft | ServerDecommissioned | ServerRecommissioned):
         return event.server
-    if isinstance(event, LoadSegment | DropSegment):
+    if isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad):
         return event.server
     if isinstance(event, SegmentsPublished):
         return event.segments[0].data_source

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from events import (
+    CancelSegmentLoad,
     DeadLettered,
     DropSegment,
     DynamicConfigSet,
@@ -102,6 +103,8 @@ def example_events() -> list[Event]:
         SegmentsPublished(task_id="index_kafka_1", segments=(seg,), end_metadata={"partitions": {"0": 1200}}),
         LoadSegment(command_id="cmd-1", server="historical-1:8083", segment=seg, stage="assign", reason="unreplicated"),
         SegmentAnnounced(server="historical-1:8083", segment=seg),
+        CancelSegmentLoad(command_id="cmd-4", server="historical-2:8083", segment_id=seg_id,
+                          reason="over-replicated in _default_tier", cancels="cmd-3"),
         SegmentLoadRefused(server="historical-2:8083", command_id="cmd-3", segment_id=seg_id,
                            reason="no room: 10737418000 of 10737418240 bytes used", used_bytes=10737418000,
                            max_size_bytes=10 * 2**30),

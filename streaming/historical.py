@@ -7,6 +7,16 @@ is refused with a ``SegmentLoadRefused`` on ``cluster``: the command is settled,
 not lost. It announces itself with ``ServerJoined`` and, when stopped
 gracefully, ``ServerLeft``.
 
+**The load queue.** Loads and drops run one at a time in command order (a load
+takes ``load_ms``; a refusal and a drop take no time), as a Druid historical's
+load queue. A ``CancelSegmentLoad`` does not queue: a load it names (by
+``cancels``, or the queued load of its segment when ``cancels`` is absent) that
+is still queued or loading is removed and answered with a ``SegmentLoadRefused``
+of that load (reason ``cancelled: ...``, caused by the cancel; a move's target
+refusing abandons the move's drop, as any refusal does). A load already announced
+(or never seen) is left alone and the cancel gets no answer: dropping is the
+coordinator's next decision, not the cancel's.
+
 **Moves.** A DropSegment carrying a ``moveId`` is conditional: it waits until the
 move's target (known from the LoadSegment with the same move id) announces the
 segment, and is abandoned (the copy stays) if the target refuses that load.
@@ -25,10 +35,11 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 
 from events.cluster import SegmentLoadRefused, ServerJoined, ServerLeft
-from events.commands import DropSegment, LoadSegment
+from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.envelope import Envelope
 from events.ids import derived_event_id
 from events.registry import Event
@@ -61,7 +72,8 @@ class _Holdings:
     """What the server holds and which commands it answered, rebuilt from the log."""
 
     loaded: dict[str, SegmentDescriptor] = field(default_factory=dict)
-    answered: set[str] = field(default_factory=set)
+    answered: set[str] = field(default_factory=set)  # event ids of the commands answered
+    refused: set[str] = field(default_factory=set)  # command ids of own refused (or cancelled) loads
     announced: set[tuple[str, str]] = field(default_factory=set)  # (server, segment id) currently announced
     move_targets: dict[str, tuple[str, str]] = field(default_factory=dict)  # move id -> (target, segment id)
     refused_moves: set[str] = field(default_factory=set)
@@ -81,6 +93,8 @@ class Historical:
         self.bootstrap, self.topics = bootstrap, topics
         self.state = _Holdings()
         self._producer = EventProducer(bootstrap, topics)
+        self._queue: deque[Record] = deque()  # loads and unconditional drops, in command order
+        self._head_due: float | None = None  # monotonic time the head load completes (None: not started)
 
     # -- the log ----------------------------------------------------------------------
     def _observe(self, record: Record) -> None:
@@ -101,6 +115,8 @@ class Historical:
             if event.move_id is not None:
                 st.refused_moves.add(event.move_id)
                 st.waiting_drops.pop(event.move_id, None)
+            if event.server == self.name:
+                st.refused.add(event.command_id)  # a cancelled load is answered by the refusal its cancel caused
         else:
             return
         if cause is not None and getattr(event, "server", None) == self.name:
@@ -115,17 +131,74 @@ class Historical:
         event, st = record.envelope.event, self.state
         if isinstance(event, LoadSegment) and event.move_id is not None:
             st.move_targets[event.move_id] = (event.server, str(event.segment.id))
-        if not isinstance(event, (LoadSegment, DropSegment)) or event.server != self.name:
+        if not isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad) or event.server != self.name:
             return
-        if record.envelope.event_id in st.answered:
+        if record.envelope.event_id in st.answered or (isinstance(event, LoadSegment)
+                                                       and event.command_id in st.refused):
             return  # answered before a restart: the log already says so
-        if isinstance(event, LoadSegment):
-            self._load(record, event)
-        elif event.move_id is not None and event.move_id not in st.refused_moves:
+        if isinstance(event, CancelSegmentLoad):
+            self._cancel(record, event)
+        elif isinstance(event, LoadSegment) or event.move_id is None:
+            self._queue.append(record)
+            self._work()
+        elif event.move_id not in st.refused_moves:
             st.waiting_drops[event.move_id] = record
             self._release_drops()
-        elif event.move_id is None:
-            self._drop(record, event)
+
+    def _work(self) -> float | None:
+        """Run the queue's due commands in order; the seconds until the head load completes (None: idle)."""
+        st = self.state
+        while self._queue:
+            record = self._queue[0]
+            event = record.envelope.event
+            if isinstance(event, LoadSegment):
+                sid = str(event.segment.id)
+                takes_time = self.load_ms > 0 and sid not in st.loaded and \
+                    st.used_bytes + event.segment.size <= self.max_size_bytes
+                if takes_time:
+                    now = time.monotonic()
+                    if self._head_due is None:
+                        self._head_due = now + self.load_ms / 1000
+                    if now < self._head_due:
+                        return self._head_due - now
+                self._queue.popleft()
+                self._head_due = None
+                self._load(record, event)
+            else:
+                assert isinstance(event, DropSegment)
+                self._queue.popleft()
+                self._head_due = None
+                self._drop(record, event)
+        return None
+
+    def _cancel(self, record: Record, event: CancelSegmentLoad) -> None:
+        """Withdraw the named (or else the segment's) queued load; nothing when it already ran."""
+        for i, queued in enumerate(self._queue):
+            load = queued.envelope.event
+            if not isinstance(load, LoadSegment):
+                continue
+            if event.cancels is not None and queued.envelope.event_id != event.cancels \
+                    and load.command_id != event.cancels:
+                continue
+            if event.cancels is None and str(load.segment.id) != event.segment_id:
+                continue
+            del self._queue[i]
+            if i == 0:
+                self._head_due = None
+            st = self.state
+            refusal = SegmentLoadRefused(
+                server=self.name, command_id=load.command_id, segment_id=str(load.segment.id),
+                reason=f"cancelled: {event.reason}" if event.reason else "cancelled",
+                used_bytes=st.used_bytes, max_size_bytes=self.max_size_bytes, move_id=load.move_id)
+            self._send(refusal, record, self.name)
+            st.answered.add(queued.envelope.event_id)
+            st.answered.add(record.envelope.event_id)
+            st.refused.add(load.command_id)
+            if load.move_id is not None:
+                st.refused_moves.add(load.move_id)
+                st.waiting_drops.pop(load.move_id, None)
+            self._producer.flush()
+            return
 
     def _load(self, record: Record, event: LoadSegment) -> None:
         seg, st = event.segment, self.state
@@ -137,8 +210,6 @@ class Historical:
                 used_bytes=st.used_bytes, max_size_bytes=self.max_size_bytes, move_id=event.move_id)
             self._send(refusal, record, self.name)
         else:
-            if sid not in st.loaded and self.load_ms:
-                time.sleep(self.load_ms / 1000)
             st.loaded[sid] = seg
             self._send(SegmentAnnounced(server=self.name, segment=seg), record, seg.data_source)
         st.answered.add(record.envelope.event_id)
@@ -182,12 +253,14 @@ class Historical:
         consumer = EventConsumer(self.bootstrap, self.topics, f"segcoord-historical-{self.name}-{uuid.uuid4().hex}",
                                  [COMMANDS, SEGMENTS, CLUSTER])
         try:
+            wait: float | None = None
             while not stop.is_set():
-                for record in consumer.poll(timeout=poll_timeout):
+                for record in consumer.poll(timeout=poll_timeout if wait is None else min(poll_timeout, wait)):
                     if record.topic == self.topics.name(COMMANDS):
                         self._command(record)
                     else:
                         self._observe(record)
+                wait = self._work()
         finally:
             consumer.close()
             left = ServerLeft(server=self.name, tier=self.tier, max_size_bytes=self.max_size_bytes)

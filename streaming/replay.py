@@ -18,7 +18,13 @@ every step:
 - every published segment lies inside a live lock of its task (or the task's group);
 - no server holds more than its ``maxSizeBytes``;
 - every LoadSegment/DropSegment is answered (announce, unannounce or refusal,
-  by causation id) or is younger than the command timeout at the end of the log.
+  by causation id; a refusal also answers the load its ``commandId`` names) or
+  is younger than the command timeout at the end of the log. A
+  ``CancelSegmentLoad`` answers the load it ``cancels`` (without ``cancels``:
+  the server's earlier loads of the segment): the coordinator withdrew it, and
+  whether the server then refuses it or had announced it already, nothing more
+  is owed. The cancel itself counts as answered when sent: a server answers it
+  only when it withdrew a queued load, so silence is a valid outcome.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from coordinator.timeline.timelines import Timelines
 from events.cluster import SegmentLoadRefused, ServerJoined, ServerLeft
-from events.commands import DropSegment, LoadSegment
+from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.envelope import Envelope, decode
 from events.ids import derived_event_id
 from events.instant import format_instant
@@ -283,7 +289,8 @@ def audit(bootstrap: str, topics: Topics, command_timeout_ms: int = 15 * 60_000)
     emitted_order: list[str] = []
     want: dict[str, tuple[str, str | None, str | None]] = {}  # fold's change id -> (segment, from, to)
     pending: dict[str, LogRecord] = {}  # command event id -> the command
-    answered: set[str] = set()
+    answered: set[str] = set()  # command event ids
+    by_command_id: dict[str, str] = {}  # commandId -> the command's event id (equal for the planner's commands)
     end = 0
     for record in read_log(bootstrap, topics):
         end = max(end, record.timestamp)
@@ -303,8 +310,15 @@ def audit(bootstrap: str, topics: Topics, command_timeout_ms: int = 15 * 60_000)
                                                 f"task {event.task_id} published {seg.id}"))
         if record.topic == COMMANDS and isinstance(event, LoadSegment | DropSegment):
             pending[env.event_id] = record
+            by_command_id.setdefault(event.command_id, env.event_id)
+        if record.topic == COMMANDS and isinstance(event, CancelSegmentLoad):
+            answered.update([by_command_id.get(event.cancels, event.cancels)] if event.cancels is not None else [
+                cid for cid, r in pending.items() if isinstance(r.envelope.event, LoadSegment)
+                and r.envelope.event.server == event.server and str(r.envelope.event.segment.id) == event.segment_id])
         if isinstance(event, SegmentAnnounced | SegmentUnannounced | SegmentLoadRefused) and env.causation_id:
             answered.add(env.causation_id)
+        if isinstance(event, SegmentLoadRefused):
+            answered.add(by_command_id.get(event.command_id, event.command_id))
         changes = fold.apply(record)
         for index, change in enumerate(changes):
             change_id = derived_event_id(topics.name(SEGMENTS), record.partition, record.offset, index)

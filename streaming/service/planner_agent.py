@@ -17,8 +17,11 @@ the same time).
   ``DynamicConfigSet`` (merged into the current one, as Druid merges a POST);
 - load queues: commands sent and not answered yet. A command is answered by an
   announce / unannounce / ``SegmentLoadRefused`` whose causation id is the
-  command's id (or by an announce/unannounce of the same server and segment);
-  it times out ``load_timeout_ms`` after it was sent. The agent adds what it
+  command's id (or by an announce/unannounce of the same server and segment),
+  or withdrawn by a ``CancelSegmentLoad``; it times out ``load_timeout_ms``
+  after it was sent. Every settled id is stored, also one answered before the
+  agent read the command back (after a crash the answer can come first), so a
+  late copy never re-enters the queue. The agent adds what it
   emits to the queues at once (the next plan must see it) and also reads
   ``commands`` back: the log's copy of a command wins over the in-memory one,
   and commands of others (the Spark balancer) join the queues.
@@ -32,34 +35,68 @@ a burst of 1000 publishes at one plan instead of 1000.
 Also on the timer (:meth:`tick`), with ``now`` = the wall clock the shell passes
 in (again never earlier than the latest event time), which retries timed-out
 loads and marks overshadowed segments unused once ``millisToWaitBeforeDeleting``
-has passed since the coordinator start (= the first event time the agent ever
-applied, stored).
+has passed since the coordinator start (= the earliest event time the agent ever
+applied, stored: a minimum, so it does not depend on how Kafka interleaved the
+first inputs of its three topics).
 
-**Ids.** A plan triggered by input ``(topic, partition, offset)`` (the batch's
-last triggering record) emits events with ids
-``derived_event_id("planner:" + topic, partition, offset, index)``
-(salted so they never equal the timeline agent's ids derived from the same
-input). A timer run ``n`` emits ``derived_event_id("planner:timer:" + commands
-topic, 0, n, index)``; the run counter is stored. A command's ``commandId`` is
-its event id; a move's ``moveId`` is the id of its load half.
+**Commands.** ``load`` / ``move`` -> a ``LoadSegment`` (a move's also a
+``DropSegment`` on the source sharing the ``moveId``), ``drop`` -> a
+``DropSegment``, ``cancel`` -> a ``CancelSegmentLoad`` naming the queued load it
+withdraws (``cancels``). A cancel leaves the queues at once, with the load it
+names (and a move's drop half): if the server had not run the load it answers
+with a ``SegmentLoadRefused`` of it; if it had, the announce arrives, the copy is
+one too many, and a later plan drops it. The cancel itself needs no answer.
+
+**Ids.** A command's id is a pure function of WHAT it commands, never of when or
+why: ``command_id(kind, server, segment, n)`` (blake2b) with kind ``load``, or
+``move`` with the source server added, or ``drop``, where ``n`` is the first
+count whose id the agent does not know yet (known: in its queue, or settled
+in its store or in the batch being built; every command the agent sends or reads
+back on ``commands`` is one or the other until the end of time, as settled ids are
+never forgotten). So the same decision gets the same id until a command with that
+id has been sent and taken into the state, and after that a repeat of the
+decision (a load after its copy was dropped, a retry after a timeout) gets the
+next ``n``. A move's drop half is ``command_id("move-drop", moveId)``; a cancel is
+``command_id("cancel", cancels)`` (one cancel per load), or counted like the
+others when it names no load. The ``moveId`` is the id of the load half.
+Stage, reason, ``occurred_at`` and causation are explanation, not identity:
+two emissions under one id may differ in them (a re-plan after a crash can reach
+the same decision in another stage); receivers keep the first copy. An id is
+never reused for other content: it hashes the content itself. Unused marks
+(``SegmentsMarkedUnused`` on ``segments``) keep ids from the position of the
+plan's trigger, ``derived_event_id("planner:" + topic, partition, offset,
+index)`` (salted so they never equal the timeline agent's ids of the same input),
+or for a timer run ``n``, ``derived_event_id("planner:timer:" + commands topic,
+0, n, index)`` with the run counter stored: a mark is idempotent, so a re-plan
+that marks again under another id costs a duplicate that changes nothing.
 
 **Exactly-once effect.** Per batch: fold + plan + emit, flush, then ONE write
-batch commits the touched facts, the queues, the run counter, the next offsets
-and the applied input ids. A crash before the commit re-processes the same
-inputs from the same stored state and, when the batch is cut the same way,
-re-emits identical ids (consumers drop the copies). A timer run that has something to emit first commits its run
-number (so no id is ever reused for other content), then emits and commits like
-a batch; a crash in between loses that run's commands, which the next run plans
-again (nothing was in flight). Known limits: batches are cut by
-arrival, and Kafka orders nothing across the three topics, so a re-processing
-after a crash may cut or interleave differently and plan under other ids (or
-other content under the same ids). The log's copy of a command wins when it is
-read back; a load repeated that way is answered again by the historical (it
-announces what it already holds), so it costs a message, not correctness.
+batch commits the touched facts, the queues, the settled ids, the run counter,
+the next offsets and the applied input ids. A crash before the commit
+re-processes the same inputs from the same stored state. Batches are cut by
+arrival and Kafka orders nothing across the three topics, so the re-processing
+may cut or interleave differently and plan at other points; because ids are
+content-derived, a decision taken again (before the agent has read its
+pre-crash copy back from ``commands``) gets the id it had, and consumers drop the
+copy. Once the pre-crash copy is read back it is in the queue (the log's copy
+wins), so the plan counts it instead of deciding it again. What a re-plan may
+still do is decide *differently* (another server for a replica): then both
+commands stand, as any two decisions do, and the next plans trim the excess. A
+timer run that has something to emit first commits its run number (so no mark id
+is ever reused for other content), then emits and commits like a batch; a crash
+in between loses that run's output, which the next run plans again. Crash tests
+can make the process SIGKILL itself in the flush-to-commit window
+(``SEGCOORD_PLANNER_FAULT``, see :func:`_fault_point`; unset, it costs one
+environment lookup per emitting batch).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import random
+import signal
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,7 +116,7 @@ from events.cluster import (
     ServerLeft,
     ServerRecommissioned,
 )
-from events.commands import DropSegment, LoadSegment
+from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.envelope import Envelope
 from events.ids import derived_event_id
 from events.registry import Event
@@ -94,6 +131,7 @@ from streaming.service.timeline_facts import id_key, parse_id_key
 FORMAT_VERSION = "planner-agent/1"
 STORE_NAME = "planner"
 DEFAULT_TIER = "_default_tier"
+FAULT_ENV = "SEGCOORD_PLANNER_FAULT"  # crash tests only: see _fault_point
 DEFAULT_LOAD_TIMEOUT_MS = 15 * 60_000  # Druid's druid.coordinator.load.timeout (PT15M); the audit's default
 
 SEG_PREFIX = b"seg/"      # id key -> {"segment", "used"}
@@ -104,6 +142,18 @@ ANSWERED_PREFIX = b"ans/"  # command event id -> b""
 RULES_PREFIX = b"rules/"  # data source -> rules JSON
 CONFIG_KEY = b"config"
 META_KEY = b"meta"
+
+
+def command_id(*content: str) -> str:
+    """A command's id: a pure function of what it commands (see the module docstring, **Ids**).
+
+    >>> command_id("load", "h1", "wiki_2026-01-01T00:00:00.000Z_2026-01-02T00:00:00.000Z_v1", "0")
+    'b284393f2b6a345853b75188ea3b3387'
+    >>> command_id("load", "h1", "s", "0") != command_id("load", "h1", "s", "1")
+    True
+    """
+    text = "\x00".join(("planner-command", *content)).encode()
+    return hashlib.blake2b(text, digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,14 +327,16 @@ class PlannerAgent:
             batch.mark_applied(env.event_id)
             c.applied += 1
             st = self.state
-            if st.start is None:
-                st.start = env.occurred_at
+            st.start = env.occurred_at if st.start is None else min(st.start, env.occurred_at)
             st.last_event_at = max(st.last_event_at, env.occurred_at)
             if triggers:
                 trigger = (("planner:" + rec.topic, rec.partition, rec.offset), env.event_id)
+        emitted = 0
         if trigger is not None and self._may_decide():
-            self._plan_and_emit(self.state.last_event_at, *trigger)
+            emitted = self._plan_and_emit(self.state.last_event_at, *trigger)
         self.sink.flush()
+        if emitted:
+            _fault_point(self._next)
         self._commit(batch)
         c.batches += 1
         self.batches_since_start += 1
@@ -306,6 +358,8 @@ class PlannerAgent:
         self.store.commit(pre)
         emitted = self._emit(result, now, ("planner:timer:" + self.topics.name(COMMANDS), 0, run), None)
         self.sink.flush()
+        if emitted:
+            _fault_point(self._next, run)
         self._commit(self.store.batch())
         return emitted
 
@@ -333,13 +387,13 @@ class PlannerAgent:
         if isinstance(event, SegmentAnnounced):
             st.learn(event.segment, None)
             st.hold(event.server, event.segment.id, True)
-            if cause is not None and cause in st.queue:
-                st.settle(cause)
+            if cause is not None:
+                st.settle(cause)  # also when not read back yet: its copy is then known as answered
             st.settle_matching(event.server, event.segment.id, "load")
             return True
         if isinstance(event, SegmentUnannounced):
             sid = st.by_text.get(event.segment_id)
-            if cause is not None and cause in st.queue:
+            if cause is not None:
                 st.settle(cause)
             if sid is not None:
                 st.hold(event.server, sid, False)
@@ -390,6 +444,13 @@ class PlannerAgent:
 
     def _command(self, env: Envelope[Event], rec: InputRecord) -> None:
         event, st = env.event, self.state
+        if isinstance(event, CancelSegmentLoad):
+            sid = st.by_text.get(event.segment_id)
+            if event.cancels is not None or sid is not None:
+                self._cancelled(env.event_id, event.server, sid, event.cancels)
+            else:
+                st.settle(env.event_id)
+            return
         if not isinstance(event, LoadSegment | DropSegment):
             return
         if env.event_id in st.answered_now or self.store.get(ANSWERED_PREFIX + env.event_id.encode()) is not None:
@@ -448,7 +509,7 @@ class PlannerAgent:
             return out
 
         for cmd in result.commands:
-            self._emit_command(cmd, now, next_id, cause)
+            self._emit_command(cmd, now, cause)
         by_source: dict[str, list[tuple[SegmentId, str]]] = {}
         for sid, reason in result.mark_unused:
             by_source.setdefault(sid.data_source, []).append((sid, reason))
@@ -459,15 +520,32 @@ class PlannerAgent:
                                     Instant(now), ds, cause))
             for sid, _ in marks:
                 st.mark_unused(sid)
-        self.counters.emitted += index
-        return index
+        self.counters.emitted += index + len(result.commands)
+        return index + len(result.commands)
 
-    def _emit_command(self, cmd: PlanCommand, now: int, next_id: Any, cause: str | None) -> None:
+    def _known(self, command_id: str) -> bool:
+        """Whether a command with this id was sent or read back: in flight, or settled (committed or not)."""
+        st = self.state
+        return command_id in st.queue or command_id in st.answered_now or \
+            self.store.get(ANSWERED_PREFIX + command_id.encode()) is not None
+
+    def _fresh_id(self, *content: str) -> str:
+        """The id of the next command of this content: ``n`` is the first count no known command holds."""
+        n = 0
+        while self._known(command_id(*content, str(n))):
+            n += 1
+        return command_id(*content, str(n))
+
+    def _emit_command(self, cmd: PlanCommand, now: int, cause: str | None) -> None:
         st = self.state
         seg = st.segments[cmd.segment]
-        stage = str(cmd.stage)
+        stage, sid_text = str(cmd.stage), str(cmd.segment)
         if cmd.type in ("load", "move"):
-            load_id = next_id()
+            if cmd.type == "move":
+                assert cmd.source is not None
+                load_id = self._fresh_id("move", cmd.server, cmd.source, sid_text)
+            else:
+                load_id = self._fresh_id("load", cmd.server, sid_text)
             move_id = load_id if cmd.type == "move" else None
             load = LoadSegment(command_id=load_id, server=cmd.server, segment=seg, stage=stage, reason=cmd.reason,
                                move_id=move_id)
@@ -475,25 +553,45 @@ class PlannerAgent:
             purpose = "loading" if cmd.type == "load" else (
                 "decommissioning" if cmd.reason.startswith("draining") else "balancing")
             st.enqueue(load_id, InFlight(cmd.server, "load", cmd.segment, now, move_id, cmd.source, purpose))
-            if cmd.type == "move":
+            if move_id is not None:
                 assert cmd.source is not None
-                drop_id = next_id()
-                drop = DropSegment(command_id=drop_id, server=cmd.source, segment_id=str(cmd.segment), stage=stage,
+                drop_id = command_id("move-drop", move_id)  # one drop half per move
+                drop = DropSegment(command_id=drop_id, server=cmd.source, segment_id=sid_text, stage=stage,
                                    reason=cmd.reason, move_id=move_id)
                 self.sink.send(Envelope(drop, drop_id, Instant(now), cmd.source, cause))
                 st.enqueue(drop_id, InFlight(cmd.source, "drop", cmd.segment, now, move_id))
             return
-        # drop, or cancel of a queued load: both a DropSegment (a historical drops what it has, or nothing)
         if cmd.type == "cancel":
-            for cid, item in sorted(st.queue.items()):
-                if item.server == cmd.server and item.segment == cmd.segment and item.action == "load":
-                    st.settle(cid)
-        drop_id = next_id()
-        reason = cmd.reason if cmd.type == "drop" else f"cancel: {cmd.reason}"
-        drop = DropSegment(command_id=drop_id, server=cmd.server, segment_id=str(cmd.segment), stage=stage,
-                           reason=reason)
+            loads = sorted((item.sent_at, cid) for cid, item in st.queue.items()
+                           if item.server == cmd.server and item.segment == cmd.segment and item.action == "load")
+            cancels = loads[0][1] if loads else None  # the one the view showed
+            cancel_id = command_id("cancel", cancels) if cancels is not None else \
+                self._fresh_id("cancel", cmd.server, sid_text)
+            cancel = CancelSegmentLoad(command_id=cancel_id, server=cmd.server, segment_id=sid_text,
+                                       reason=cmd.reason, cancels=cancels)
+            self.sink.send(Envelope(cancel, cancel_id, Instant(now), cmd.server, cause))
+            self._cancelled(cancel_id, cmd.server, cmd.segment, cancels)
+            return
+        drop_id = self._fresh_id("drop", cmd.server, sid_text)
+        drop = DropSegment(command_id=drop_id, server=cmd.server, segment_id=sid_text, stage=stage,
+                           reason=cmd.reason)
         self.sink.send(Envelope(drop, drop_id, Instant(now), cmd.server, cause))
         st.enqueue(drop_id, InFlight(cmd.server, "drop", cmd.segment, now))
+
+    def _cancelled(self, cancel_id: str, server: str, sid: SegmentId | None, cancels: str | None) -> None:
+        """A cancel is out of the queues at once: the load it names (else the server's queued loads of the
+        segment), a move's drop half with it, and the cancel itself (it needs no answer)."""
+        st = self.state
+        targets = [cancels] if cancels is not None else sorted(
+            cid for cid, item in st.queue.items() if item.server == server and item.segment == sid
+            and item.action == "load")
+        for cid in targets:
+            item = st.settle(cid)
+            if item is not None and item.move_id is not None:
+                for other, q in sorted(st.queue.items()):
+                    if q.move_id == item.move_id and q.action == "drop":
+                        st.settle(other)
+        st.settle(cancel_id)
 
     # -- persistence -----------------------------------------------------------------------------
     def _meta(self) -> bytes:
@@ -520,6 +618,21 @@ class PlannerAgent:
             return
         self.sink.send(dead_letter_of(rec, reason))
         c.dead_lettered += 1
+
+
+def _fault_point(offsets: dict[tuple[str, int], int], salt: int = 0) -> None:
+    """Fault injection for crash tests, off unless ``SEGCOORD_PLANNER_FAULT=kill-after-flush:P:SEED``: then,
+    with probability P (drawn from a generator seeded by SEED, the input position and ``salt``), the process
+    SIGKILLs itself between the flush of what a plan emitted and the commit of the batch, the one window in
+    which a crash makes the agent re-plan decisions whose commands already reached the log."""
+    spec = os.environ.get(FAULT_ENV, "")
+    if not spec.startswith("kill-after-flush:"):
+        return
+    _, probability, seed = spec.split(":")
+    position = ",".join(f"{t}/{p}/{o}" for (t, p), o in sorted(offsets.items()))
+    if random.Random(f"{seed}|{position}|{salt}").random() < float(probability):
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _stage(st: PlannerState, batch: StoreBatch, key: bytes) -> None:

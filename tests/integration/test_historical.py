@@ -153,3 +153,51 @@ def test_the_historical_command_serves_until_terminated(kafka_bootstrap: str, to
         assert proc.wait(30) == 0
     left = read(kafka_bootstrap, topics, lambda rs: len(of(rs, ServerLeft)) >= 1)
     assert [e.server for e in of(left, ServerLeft)] == ["hx"]  # type: ignore[attr-defined]
+
+
+def test_cancel_withdraws_a_queued_load_and_leaves_a_loaded_one(kafka_bootstrap: str, topics: Topics,  # type: ignore[no-untyped-def]
+                                                                 send) -> None:
+    from events.commands import CancelSegmentLoad
+
+    h = Running(Historical("h1", "hot", 10_000, kafka_bootstrap, topics, load_ms=1500))
+    a, b, c = seg(0, 100), seg(1, 100), seg(2, 100)
+    try:
+        send(LoadSegment(command_id="l1", server="h1", segment=a, stage="1", reason="first copy"), "h1")
+        send(LoadSegment(command_id="l2", server="h1", segment=b, stage="1", reason="first copy"), "h1")
+        send(LoadSegment(command_id="l3", server="h1", segment=c, stage="1", reason="first copy"), "h1")
+        # b waits behind a (1.5 s each): cancelled by its id; c by its segment (no id given)
+        cancel_b = send(CancelSegmentLoad(command_id="k1", server="h1", segment_id=str(b.id), reason="unused",
+                                          cancels="l2"), "h1")
+        cancel_c = send(CancelSegmentLoad(command_id="k2", server="h1", segment_id=str(c.id), reason="unused"), "h1")
+        records = read(kafka_bootstrap, topics, lambda rs: len(of(rs, SegmentLoadRefused)) >= 2
+                       and len(of(rs, SegmentAnnounced)) >= 1)
+        # a is announced; cancelling it now changes nothing (the coordinator drops it if it must)
+        send(CancelSegmentLoad(command_id="k3", server="h1", segment_id=str(a.id), reason="late", cancels="l1"), "h1")
+        time.sleep(2)
+    finally:
+        h.halt()
+    refused = {r.envelope.event.command_id: r.envelope for r in records  # type: ignore[attr-defined]
+               if isinstance(r.envelope.event, SegmentLoadRefused)}
+    assert set(refused) == {"l2", "l3"}
+    assert refused["l2"].causation_id == cancel_b and refused["l3"].causation_id == cancel_c
+    assert refused["l2"].event.reason == "cancelled: unused"  # type: ignore[attr-defined]
+    assert [str(e.segment.id) for e in of(records, SegmentAnnounced)] == [str(a.id)]  # type: ignore[attr-defined]
+    later = read(kafka_bootstrap, topics, lambda rs: len(of(rs, ServerLeft)) >= 1)
+    assert [str(e.segment.id) for e in of(later, SegmentAnnounced)] == [str(a.id)]  # type: ignore[attr-defined]
+    assert of(later, SegmentUnannounced) == [] and len(of(later, SegmentLoadRefused)) == 2
+
+    # a restart answers nothing twice: the cancelled loads stay cancelled
+    again = Running(Historical("h1", "hot", 10_000, kafka_bootstrap, topics, load_ms=10))
+    try:
+        time.sleep(3)
+        assert set(again.historical.state.loaded) == {str(a.id)}
+        assert again.historical.state.refused == {"l2", "l3"}
+        assert {cancel_b, cancel_c} <= again.historical.state.answered
+    finally:
+        again.halt()
+    final = read(kafka_bootstrap, topics, lambda rs: len(of(rs, ServerLeft)) >= 2)
+    assert len(of(final, SegmentAnnounced)) == 1 and len(of(final, SegmentLoadRefused)) == 2
+    # the audit: every load answered (by its announce, or by the cancel and its refusal); cancels owe nothing
+    from streaming.replay import audit
+
+    assert audit(kafka_bootstrap, topics, command_timeout_ms=0) == []
