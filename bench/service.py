@@ -226,6 +226,9 @@ def latency(bootstrap: str, topics: Topics, paced: int, rate: float) -> None:
     p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
     print(f"visibility latency, produce -> change read ({len(lat)}/{len(sent_at)} inputs at {rate:.0f}/s): "
           f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms; p99 / 60 s Druid poll = {p99 / 60_000:.5f}")
+    announces = sorted((seen[k] - sent_at[k]) * 1000 for k in sent_at if k in seen and k.endswith("-1"))
+    print(f"  announce -> visible alone: p50 {statistics.median(announces):.1f} ms, "
+          f"p99 {announces[min(len(announces) - 1, int(len(announces) * 0.99))]:.1f} ms")
     inside = sorted((emitted[k] - sent_at[k]) * 1000 for k in sent_at if k in emitted)
     print(f"  of which produce -> worker's output produced: p50 {statistics.median(inside):.1f} ms, "
           f"p99 {inside[min(len(inside) - 1, int(len(inside) * 0.99))]:.1f} ms")

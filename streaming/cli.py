@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -303,10 +304,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / topics.prefix.rstrip(".")
     print(f"segcoord run: timeline, lockbox and planner agents on {bootstrap}, topics {topics.prefix}*, "
           f"state {state_dir}", flush=True)
+    spark_balancer = None
+    if args.balancer == "spark":
+        command = [sys.executable, "-m", "streaming.cli", "balancer", "run", "--bootstrap", bootstrap,
+                   "--topic-prefix", topics.prefix, "--checkpoint", str(state_dir / "balancer-checkpoint")]
+        for tier in args.balancer_tier or ():
+            command += ["--tier", tier]
+        spark_balancer = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+        print(f"segcoord run: Spark balancer started (pid {spark_balancer.pid}); the planner agent leaves the "
+              f"balancing stages to it", flush=True)
     try:
-        return run_service(bootstrap, topics, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every)
+        return run_service(bootstrap, topics, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
+                           balancing=args.balancer == "planner")
     except StateStoreError as e:
         raise CliError(f"--state-dir: {e}") from None
+    finally:
+        if spark_balancer is not None:
+            _stop_child(spark_balancer)
+
+
+def _stop_child(child: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a child process, then SIGKILL it if it has not ended within 30 s."""
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(10)
 
 
 # -- task ------------------------------------------------------------------------
@@ -422,6 +447,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", default="warn", choices=("crit", "error", "warn", "info", "debug"))
     run.add_argument("--plan-every", type=float, default=5.0, metavar="SECONDS",
                      help="the planner's timer period; it also plans at once on every relevant event (default 5)")
+    run.add_argument("--balancer", choices=("planner", "spark", "external"), default="planner",
+                     help="who makes the balancing moves: the planner agent (default); 'spark' starts the Spark "
+                          "balancer beside the service and the planner skips its balancing stages; 'external': "
+                          "the planner skips them, a Spark balancer runs elsewhere")
+    run.add_argument("--balancer-tier", action="append", metavar="TIER",
+                     help="with --balancer spark: a tier the Spark balancer balances (repeatable; default "
+                          "_default_tier)")
     run.set_defaults(func=cmd_run)
 
     kafka = sub.add_parser("kafka", help="the local single-node Kafka broker (KRaft, from Maven jars)")

@@ -119,10 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", help="HOST:PORT (default $SEGCOORD_BOOTSTRAP, else the local broker)")
-    p.add_argument("--prefix", default=None, help="topic prefix (default $SEGCOORD_TOPIC_PREFIX or segcoord.)")
+    p.add_argument("--topic-prefix", "--prefix", dest="prefix", default=None,
+                   help="topic name prefix (default $SEGCOORD_TOPIC_PREFIX or 'segcoord.')")
     p.add_argument("--tier", action="append", dest="tiers", metavar="TIER",
                    help="a tier to balance (repeat; default _default_tier)")
-    p.add_argument("--checkpoint", default=None, help="checkpoint directory (default <home>/balancer-checkpoint)")
+    p.add_argument("--checkpoint", default=None, help="checkpoint directory (default $SEGCOORD_HOME/balancer/<prefix>)")
     p.add_argument("--trigger-seconds", type=float, default=1.0, help="micro-batch interval (default 1)")
     p.add_argument("--available-now", action="store_true", help="process what is on the topics, then exit")
     p.add_argument("--metrics", default=None, help="append one JSON line per tier and batch to this file")
@@ -136,7 +137,8 @@ def run(args: argparse.Namespace, bootstrap: str) -> int:
     from streaming.spark import local_spark
 
     topics = Topics(args.prefix) if args.prefix else config.topics()
-    checkpoint = Path(args.checkpoint) if args.checkpoint else config.home_dir() / "balancer-checkpoint"
+    checkpoint = (Path(args.checkpoint) if args.checkpoint
+                  else config.home_dir() / "balancer" / topics.prefix.rstrip("."))
     if os.environ.get("PYSPARK_GATEWAY_PORT") and not args.master:  # under spark-submit: its master and jars
         from pyspark.sql import SparkSession
 

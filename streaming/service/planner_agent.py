@@ -27,7 +27,7 @@ the same time).
   and commands of others (the Spark balancer) join the queues.
 
 **When it plans.** After every batch (the worker takes up to 1000 records
-within 50 ms) holding an input that can change the plan (a publish, an unused
+within 10 ms) holding an input that can change the plan (a publish, an unused
 mark, an announce/unannounce, a server, rule or config change, a refusal), with
 ``now`` = the latest ``occurred_at`` applied (event time, never the wall clock),
 so an input's commands go out at once; one plan per batch, not per record, keeps
@@ -38,6 +38,13 @@ loads and marks overshadowed segments unused once ``millisToWaitBeforeDeleting``
 has passed since the coordinator start (= the earliest event time the agent ever
 applied, stored: a minimum, so it does not depend on how Kafka interleaved the
 first inputs of its three topics).
+Balancing (stages 7, 10, 11) runs on the timer and after batches holding a
+server, rule or config change, not after every publish or announce: those get
+their loads and drops at once, their moves at the next timer run, as Druid
+balances once per coordinator period. With ``balancing=False`` (the Spark
+balancer makes the moves) it never balances. Per-server cost caches stay alive
+across runs in a :class:`~coordinator.planner.cost_shelf.CostCacheShelf`
+(reconciled to each run's placement; the plans are those of fresh caches).
 
 **Commands.** ``load`` / ``move`` -> a ``LoadSegment`` (a move's also a
 ``DropSegment`` on the source sharing the ``moveId``), ``drop`` -> a
@@ -104,6 +111,7 @@ from typing import Any
 import orjson
 
 from coordinator.planner.cluster import ClusterView, QueueItem, Server, ServerState
+from coordinator.planner.cost_shelf import CostCacheShelf
 from coordinator.planner.planner import Plan, PlanCommand, plan
 from coordinator.rules.dynamic_config import DynamicConfig
 from coordinator.rules.ruleset import RuleSet, parse_rules
@@ -286,8 +294,10 @@ class PlannerAgent:
     """The cluster view, its store and its sink; one instance per process, single-threaded."""
 
     def __init__(self, store: AgentStateStore, topics: Topics, sink: Sink,
-                 load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS) -> None:
+                 load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS, *, balancing: bool = True) -> None:
         self.store = store
+        self.balancing = balancing  # False: the Spark balancer makes the moves (stages 7, 10, 11 skipped)
+        self.shelf = CostCacheShelf()  # per-server cost caches kept across runs (plans as fresh ones would)
         self.topics = topics
         self.input_topics = (topics.name(SEGMENTS), topics.name(CLUSTER), topics.name(COMMANDS))
         self.sink = sink
@@ -308,6 +318,7 @@ class PlannerAgent:
         batch = self.store.batch()
         c = self.counters
         trigger: tuple[tuple[str, int, int], str] | None = None
+        cluster_changed = False
         for rec in records:
             logical = self._logical(rec.topic)
             env = admit(rec, logical, self._next, batch, c, self._bad)
@@ -331,9 +342,10 @@ class PlannerAgent:
             st.last_event_at = max(st.last_event_at, env.occurred_at)
             if triggers:
                 trigger = (("planner:" + rec.topic, rec.partition, rec.offset), env.event_id)
+                cluster_changed |= logical == CLUSTER
         emitted = 0
         if trigger is not None and self._may_decide():
-            emitted = self._plan_and_emit(self.state.last_event_at, *trigger)
+            emitted = self._plan_and_emit(self.state.last_event_at, *trigger, balance=cluster_changed)
         self.sink.flush()
         if emitted:
             _fault_point(self._next)
@@ -349,7 +361,9 @@ class PlannerAgent:
             return 0  # nothing ever happened, or nothing can be decided
         now = max(wall_ms, st.last_event_at)
         run = st.runs + 1
-        result = plan(st.view(now, run, self.load_timeout_ms), compute_cost=False)
+        view = st.view(now, run, self.load_timeout_ms)
+        self.shelf.forget(view.servers)
+        result = plan(view, compute_cost=False, balance=self.balancing, shelf=self.shelf)
         if not result.commands and not result.mark_unused:
             return 0
         st.runs = run
@@ -490,10 +504,16 @@ class PlannerAgent:
         return any(not rule.type.startswith("load") or sum(n for _, n in rule.replicants) == 0
                    for _, rules in st.rules.entries for rule in rules)
 
-    def _plan_and_emit(self, now: int, position: tuple[str, int, int], cause: str | None) -> int:
+    def _plan_and_emit(self, now: int, position: tuple[str, int, int], cause: str | None, *,
+                       balance: bool) -> int:
+        """An input-triggered run. It balances only after a server, rule or config change: publishes and
+        announces (the bulk of the input) get their loads and drops at once, and the moves they may call for
+        wait for the timer's run (Druid balances once per coordinator period too), which keeps a batch's
+        planning cost at its loading work."""
         st = self.state
         st.runs += 1
-        result = plan(st.view(now, st.runs, self.load_timeout_ms), compute_cost=False)
+        result = plan(st.view(now, st.runs, self.load_timeout_ms), compute_cost=False,
+                      balance=balance and self.balancing, shelf=self.shelf)
         self.last_plan = result
         return self._emit(result, now, position, cause)
 

@@ -128,3 +128,39 @@ def lockbox_published(bootstrap: str, topics: Topics) -> list[bytes]:
     """The lockbox's ``SegmentsPublished`` on ``segments``, deduplicated (the test's own have no cause)."""
     return dedup([r for r in read_all(bootstrap, topics.name(SEGMENTS))
                   if isinstance(e := decode(r.value), Envelope) and e.causation_id is not None], SegmentsPublished)
+
+
+def test_sigterm_while_the_broker_is_down_stops_the_service_and_the_restart_resumes(
+    own_broker: LocalBroker, tmp_path: Path
+) -> None:
+    """An operator stopping the service during a broker outage: it ends (state closed), and a later start
+    resumes from its store once the broker is back."""
+    bootstrap = own_broker.start()
+    topics = Topics(f"t{uuid.uuid4().hex[:10]}.")
+    create_topics(bootstrap, topics, partitions=1)
+    segments = segment_stream(random.Random(1121), 2000)
+    service = Service(bootstrap, topics, tmp_path / "state", tmp_path / "run.log")
+    service.start()
+    try:
+        produce(bootstrap, topics, segments)
+        wait_for("visibility changes", lambda: count_distinct_ids(bootstrap, topics.name(TIMELINE)) > 100,
+                 service, 60)
+        own_broker.kill()
+        time.sleep(3.0)
+        assert service.alive()
+    finally:
+        code = service.stop()  # fails the test (with the log) if SIGTERM is not honoured within 60 s
+    assert code == 0, service.log.read_text()[-3000:]
+    own_broker.start()
+    service.start()
+    try:
+        from tests.integration.test_service_timeline import pure_fold as timeline_fold
+
+        expected = timeline_fold(read_all(bootstrap, topics.name(SEGMENTS)))
+        wait_for("every visibility change", lambda: count_distinct_ids(bootstrap, topics.name(TIMELINE))
+                 >= len(expected.outputs), service, 90)
+    finally:
+        if service.alive():
+            assert service.stop() == 0
+    assert service.log.read_text().count(" resumes at ") == 2
+    check_agent_equals_fold(bootstrap, topics, tmp_path / "state")

@@ -194,3 +194,44 @@ def test_cancel_of_a_queued_load_and_the_next_load_of_the_same_copy(tmp_path: Pa
     n = "1" if reload.server == load.server else "0"
     assert reload.command_id == command_id("load", reload.server, str(sid), n) != load.command_id
     store.close()
+
+
+@pytest.mark.parametrize("balancing", [True, False])
+def test_balancing_runs_on_the_timer_and_on_cluster_changes_never_after_publishes_alone(
+        tmp_path: Path, balancing: bool) -> None:
+    """Publishes and announces get their loads at once but no moves; a server joining (a cluster change)
+    or the timer balances; with ``balancing=False`` (the Spark balancer's job) nothing ever moves."""
+    log, sink = Log(), Sink()
+    store = AgentStateStore(tmp_path / "planner", FORMAT_VERSION)
+    planner = PlannerAgent(store, TOPICS, sink, balancing=balancing)
+    moves = {"smartSegmentLoading": False, "maxSegmentsToMove": 50, "maxSegmentsInNodeLoadingQueue": 100}
+    setup = [log.event(DynamicConfigSet(config=moves), "config", "config"),
+             log.event(RulesSet(data_source="wiki",
+                                rules=({"type": "loadForever", "tieredReplicants": {"hot": 1}},)),
+                       "rules", "rules/wiki"),
+             log.event(ServerJoined(server="h1", tier="hot", max_size_bytes=10**9), "join-h1", "h1")]
+    segs = [seg(d) for d in range(12)]
+    setup.append(log.event(SegmentsPublished(task_id="t", segments=tuple(segs)), "pub", "wiki"))
+    planner.process(setup)
+    assert sorted(c.segment.id for c in sink.commands() if isinstance(c, LoadSegment)) == sorted(s.id for s in segs)
+    planner.process([log.event(SegmentAnnounced(server="h1", segment=s), f"ann-{i}", "wiki")
+                     for i, s in enumerate(segs)])
+    # a second server: a cluster change, so that batch balances (when the planner owns balancing)
+    sink.sent.clear()
+    planner.process([log.event(ServerJoined(server="h2", tier="hot", max_size_bytes=10**9), "join-h2", "h2")])
+    moved = [c for c in sink.commands() if isinstance(c, LoadSegment) and c.move_id is not None]
+    assert (len(moved) > 0) == balancing
+    # new publishes alone: loads at once, no moves in that batch
+    sink.sent.clear()
+    more = [seg(d) for d in range(12, 16)]
+    planner.process([log.event(SegmentsPublished(task_id="t", segments=tuple(more)), "pub2", "wiki")])
+    loads = [c for c in sink.commands() if isinstance(c, LoadSegment)]
+    assert sorted(c.segment.id for c in loads) == sorted(s.id for s in more)
+    assert all(c.move_id is None for c in loads)
+    # the timer balances (or, with balancing off, does nothing but what loading asks)
+    sink.sent.clear()
+    planner.tick(T0 + DAY)
+    timer_moves = [c for c in sink.commands() if isinstance(c, LoadSegment) and c.move_id is not None]
+    if not balancing:
+        assert timer_moves == []
+    store.close()
