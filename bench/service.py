@@ -54,6 +54,7 @@ from streaming.producer import EventProducer
 SEGCOORD = str(Path(sys.executable).parent / "segcoord")
 T0 = 1_795_219_200_000
 DAY = 86_400_000
+HOUR = 3_600_000
 
 
 def segment_events(n: int, seed: int = 1) -> list[Envelope[Event]]:
@@ -244,6 +245,7 @@ class Historicals:
         self.loads_read: dict[str, float] = {}
         self.loads_created: dict[str, float] = {}
         self.loads = 0
+        self.first_copies: dict[str, int] = {}  # segment id -> plain (non-move) loads answered
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -266,6 +268,8 @@ class Historicals:
                     self.loads_read.setdefault(sid, time.time())
                     self.loads_created.setdefault(sid, m.timestamp()[1] / 1000)
                     self.loads += 1
+                    if ev.move_id is None:
+                        self.first_copies[sid] = self.first_copies.get(sid, 0) + 1
                     out.send(Envelope(SegmentAnnounced(server=ev.server, segment=ev.segment),
                                       f"ann-{env.event_id}", at, ev.segment.data_source, env.event_id))
                 elif isinstance(ev, DropSegment):
@@ -299,7 +303,7 @@ def await_lock_version(bootstrap: str, topics: Topics, request_id: str, timeout:
 def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, paced: int, rate: float) -> None:
     """Publish request -> LoadSegment latency, on a cluster of ``servers`` holding ``preload`` segments.
 
-    A task locks ten years of one dataSource; ``preload`` daily segments are published (in requests of 500) and
+    A task locks ten years of one dataSource; ``preload`` hourly segments are published (in requests of 500) and
     loaded (2 replicas, Druid's default rule; :class:`Historicals` answers every command at once); then
     ``paced`` PublishRequested of one new segment each at ``rate``/s. Latency = the LoadSegment of the segment
     read on ``commands`` minus the time its publish request was produced (it goes request -> lockbox agent
@@ -326,8 +330,8 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
         producer.flush()
         version = await_lock_version(bootstrap, topics, "lock-1", timeout=120)
 
-        def seg(day: int) -> SegmentDescriptor:
-            return SegmentDescriptor(ds, Interval(T0 + day * DAY, T0 + (day + 1) * DAY), version, 0, 1_000_000)
+        def seg(hour: int) -> SegmentDescriptor:
+            return SegmentDescriptor(ds, Interval(T0 + hour * HOUR, T0 + (hour + 1) * HOUR), version, 0, 1_000_000)
 
         started = time.perf_counter()
         for b in range(0, preload, 500):
@@ -336,13 +340,23 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
                                    f"pre-{b}", at(), ds))
         producer.flush()
         deadline = time.monotonic() + 900
-        while hist.loads < 2 * preload and time.monotonic() < deadline:
+        while sum(n >= 2 for n in list(hist.first_copies.values())) < preload:
             if worker.proc.poll() is not None:
                 raise SystemExit(f"segcoord run exited; see {worker.log}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the preload was not loaded within 900 s; see {worker.log}")
             time.sleep(0.2)
         print(f"placement: {servers} servers, {preload} segments x 2 replicas loaded "
               f"({hist.loads} loads) in {time.perf_counter() - started:.1f}s")
-        time.sleep(2.0)
+        # settle: the worker reads the answers and its own commands back; measure a caught-up service
+        quiet_since, last = time.monotonic(), None
+        while time.monotonic() - quiet_since < 5.0 and time.monotonic() < deadline:
+            now_ends = (end_offset(bootstrap, topics.name(SEGMENTS)), end_offset(bootstrap, topics.name(COMMANDS)))
+            if now_ends != last:
+                quiet_since, last = time.monotonic(), now_ends
+            time.sleep(0.5)
+        time.sleep(5.0)
+        print(f"  settled {time.perf_counter() - started:.1f}s after the preload began")
         sent_at: dict[str, float] = {}
         began = time.perf_counter()
         for i in range(paced):

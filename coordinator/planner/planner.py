@@ -202,6 +202,7 @@ class _Run:
             return False
         name = self.pick(sid, tier, "loading", share, relative)
         if name is None:
+            self.metrics[f"segment/assignSkipped/count/{tier}"] += 1  # no server with room (or queue share) now
             return False
         self.p.load(name, sid, "loading")
         if replica:

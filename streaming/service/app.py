@@ -41,6 +41,7 @@ without it the fetcher crashes on the first batch.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -49,6 +50,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -108,13 +110,17 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     if planner is not None:
         agents.append(("planner", tuple(topics.name(t) for t in (SEGMENTS, CLUSTER, COMMANDS)), planner))
     stored: dict[str, list[StoredOffsets]] = {}
+    # the planner's runs are O(cluster): they go to one thread of their own, so the timeline and lockbox
+    # agents keep their batches flowing on the event loop while a plan runs (and runs and ticks stay serial)
+    planner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner")
     for name, topic_names, agent in agents:
         topic = app.topic(*topic_names, key_serializer="raw", value_serializer="raw")
-        app.agent(topic, name=f"{app_id}.{name}")(_agent_body(name, agent, heap))
+        pool = planner_thread if agent is planner else None
+        app.agent(topic, name=f"{app_id}.{name}")(_agent_body(name, agent, heap, pool))
         for topic_name in topic_names:
             stored.setdefault(topic_name, []).append(agent.next_offsets)
     if planner is not None:
-        app.timer(plan_every_s, name=f"{app_id}.planner-timer")(_planner_timer(planner))
+        app.timer(plan_every_s, name=f"{app_id}.planner-timer")(_planner_timer(planner, planner_thread))
     _position_from_store(app, stored)
     _short_fetch_wait(app)
     return app
@@ -139,7 +145,7 @@ def _short_fetch_wait(app: Any) -> None:
     thread._create_worker_consumer = build_with_short_wait
 
 
-def _planner_timer(planner: PlannerAgent) -> Callable[[], Any]:
+def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor) -> Callable[[], Any]:
     """The planner's timer run; skipped until the agent has applied a batch in this process and while its last
     batch was full (catching up: a run on a stale view could repeat commands the unread log already holds)."""
 
@@ -147,7 +153,7 @@ def _planner_timer(planner: PlannerAgent) -> Callable[[], Any]:
         if planner.batches_since_start == 0 or planner.last_batch_size >= BATCH_MAX:
             return
         try:
-            planner.tick(int(time.time() * 1000))
+            await asyncio.get_running_loop().run_in_executor(pool, planner.tick, int(time.time() * 1000))
         except Exception:
             log.exception("planner timer run failed; exiting so a restart resumes from the store")
             logging.shutdown()
@@ -156,8 +162,10 @@ def _planner_timer(planner: PlannerAgent) -> Callable[[], Any]:
     return planner_timer
 
 
-def _agent_body(name: str, agent: Agent, heap: FrozenHeap | None = None) -> Callable[[Any], Any]:
-    """The Faust agent coroutine: batches of records into ``agent.process``; any failure exits the process."""
+def _agent_body(name: str, agent: Agent, heap: FrozenHeap | None = None,
+                pool: ThreadPoolExecutor | None = None) -> Callable[[Any], Any]:
+    """The Faust agent coroutine: batches of records into ``agent.process`` (on ``pool`` when given, awaited:
+    one batch at a time either way); any failure exits the process."""
 
     async def body(stream: Any) -> None:
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
@@ -166,7 +174,10 @@ def _agent_body(name: str, agent: Agent, heap: FrozenHeap | None = None) -> Call
                 for m in (e.message for e in events)
             ]
             try:
-                agent.process(records)
+                if pool is None:
+                    agent.process(records)
+                else:
+                    await asyncio.get_running_loop().run_in_executor(pool, agent.process, records)
                 if heap is not None:
                     heap.after_batch()
             except Exception:
@@ -208,6 +219,7 @@ def _resume_text(offsets: dict[tuple[str, int], int]) -> str:
 
 
 SHUTDOWN_GRACE_S = 15.0
+PLANNER_GIL_SLICE_S = 0.0005
 
 
 def _worker_class(base: Any) -> Any:
@@ -277,6 +289,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
               f"{' (store wiped: older format)' if pl_store.wiped else ''}, planning every {plan_every_s:g}s"
               f"{'' if balancing else ', balancing left to the Spark balancer'}",
               flush=True)
+        sys.setswitchinterval(PLANNER_GIL_SLICE_S)
         heap = FrozenHeap()
         heap.start()  # the restored state is frozen out of the collector's scans
         app = build_app(bootstrap, topics, timeline, lockbox, planner,

@@ -38,6 +38,10 @@ loads and marks overshadowed segments unused once ``millisToWaitBeforeDeleting``
 has passed since the coordinator start (= the earliest event time the agent ever
 applied, stored: a minimum, so it does not depend on how Kafka interleaved the
 first inputs of its three topics).
+An announce or unannounce that answers one of its own commands changes nothing
+the plan would decide (the copy was already counted), so it triggers a run only
+when the last run left loads undone for lack of queue room or by the
+replication throttle (the answer frees room); other answers wait for the timer.
 Balancing (stages 7, 10, 11) runs on the timer and after batches holding a
 server, rule or config change, not after every publish or announce: those get
 their loads and drops at once, their moves at the next timer run, as Druid
@@ -215,6 +219,11 @@ class PlannerState:
     config: DynamicConfig = field(default_factory=DynamicConfig)
     dirty: set[bytes] = field(default_factory=set)
     answered_now: set[str] = field(default_factory=set)
+    # indexes of ``queue`` (kept by enqueue/settle/index): command ids per (server, segment) and per move id,
+    # in-flight commands per segment; every lookup the agent makes per event is O(1), not a queue scan
+    by_place: dict[tuple[str, SegmentId], set[str]] = field(default_factory=dict)
+    by_move: dict[str, set[str]] = field(default_factory=dict)
+    in_flight: dict[SegmentId, int] = field(default_factory=dict)
 
     # -- changes (each marks what it touched) --------------------------------------------
     def learn(self, seg: SegmentDescriptor, used: bool | None) -> None:
@@ -243,23 +252,59 @@ class PlannerState:
         self.dirty.add(SRV_PREFIX + name.encode())
 
     def enqueue(self, command_id: str, item: InFlight) -> None:
-        self.queue[command_id] = item
+        self.index(command_id, item)
         self.dirty.add(QUEUE_PREFIX + command_id.encode())
 
-    def settle(self, command_id: str) -> InFlight | None:
+    def index(self, command_id: str, item: InFlight) -> None:
+        """Put ``item`` in the queue and its indexes (replacing an item of the same id)."""
+        self._unindex(command_id)
+        self.queue[command_id] = item
+        self.by_place.setdefault((item.server, item.segment), set()).add(command_id)
+        if item.move_id is not None:
+            self.by_move.setdefault(item.move_id, set()).add(command_id)
+        self.in_flight[item.segment] = self.in_flight.get(item.segment, 0) + 1
+
+    def _unindex(self, command_id: str) -> InFlight | None:
         item = self.queue.pop(command_id, None)
+        if item is None:
+            return None
+        place = (item.server, item.segment)
+        self.by_place[place].discard(command_id)
+        if not self.by_place[place]:
+            del self.by_place[place]
+        if item.move_id is not None:
+            self.by_move[item.move_id].discard(command_id)
+            if not self.by_move[item.move_id]:
+                del self.by_move[item.move_id]
+        left = self.in_flight[item.segment] - 1
+        if left:
+            self.in_flight[item.segment] = left
+        else:
+            del self.in_flight[item.segment]
+        return item
+
+    def settle(self, command_id: str) -> InFlight | None:
+        item = self._unindex(command_id)
         self.answered_now.add(command_id)
         self.dirty.add(QUEUE_PREFIX + command_id.encode())
         return item
 
+    def queued_at(self, server: str, sid: SegmentId, action: str | None = None) -> list[str]:
+        """Ids of the commands in flight for ``sid`` on ``server`` (of ``action`` when given), sorted."""
+        return sorted(cid for cid in self.by_place.get((server, sid), ())
+                      if action is None or self.queue[cid].action == action)
+
+    def of_move(self, move_id: str) -> list[str]:
+        """Ids of the commands in flight of one move (its load and drop halves), sorted."""
+        return sorted(self.by_move.get(move_id, ()))
+
     def settle_matching(self, server: str, sid: SegmentId, action: str) -> None:
-        for cid, item in sorted(self.queue.items()):
-            if item.server == server and item.segment == sid and item.action == action:
-                self.settle(cid)
+        for cid in self.queued_at(server, sid, action):
+            self.settle(cid)
 
     def forgettable(self, sid: SegmentId) -> bool:
         return sid not in self.used and not any(sid in h for h in self.held.values()) and \
-            not any(q.segment == sid for q in self.queue.values())
+            sid not in self.in_flight
 
     # -- the view ---------------------------------------------------------------------------
     def view(self, now: int, run: int, load_timeout_ms: int) -> ClusterView:
@@ -267,11 +312,13 @@ class PlannerState:
             if now - item.sent_at > load_timeout_ms:
                 self.settle(cid)  # timed out: no longer in flight
         queues: dict[str, list[QueueItem]] = {}
+        queued: set[tuple[str, SegmentId]] = set()
         for _cid, item in sorted(self.queue.items(), key=lambda kv: (kv[1].sent_at, kv[0])):
             if item.action == "drop" and item.move_id is not None:
                 continue  # the source half of a move: the view models it by the load's ``source``
-            if any(q.segment == item.segment for q in queues.get(item.server, ())):
+            if (item.server, item.segment) in queued:
                 continue  # at most one item per segment and server
+            queued.add((item.server, item.segment))
             queues.setdefault(item.server, []).append(
                 QueueItem(item.action, item.segment, item.purpose, item.move_id, item.source))  # type: ignore[arg-type]
         servers = {}
@@ -298,6 +345,9 @@ class PlannerAgent:
         self.store = store
         self.balancing = balancing  # False: the Spark balancer makes the moves (stages 7, 10, 11 skipped)
         self.shelf = CostCacheShelf()  # per-server cost caches kept across runs (plans as fresh ones would)
+        # the last run left loads undone for lack of queue room or by the replication throttle: answers that
+        # free room then trigger a run; otherwise an answer to our own command changes nothing to plan
+        self.loading_blocked = True
         self.topics = topics
         self.input_topics = (topics.name(SEGMENTS), topics.name(CLUSTER), topics.name(COMMANDS))
         self.sink = sink
@@ -364,6 +414,7 @@ class PlannerAgent:
         view = st.view(now, run, self.load_timeout_ms)
         self.shelf.forget(view.servers)
         result = plan(view, compute_cost=False, balance=self.balancing, shelf=self.shelf)
+        self.loading_blocked = _loading_blocked(result)
         if not result.commands and not result.mark_unused:
             return 0
         st.runs = run
@@ -401,26 +452,29 @@ class PlannerAgent:
         if isinstance(event, SegmentAnnounced):
             st.learn(event.segment, None)
             st.hold(event.server, event.segment.id, True)
+            expected = (cause is not None and cause in st.queue) or bool(
+                st.queued_at(event.server, event.segment.id, "load"))
             if cause is not None:
                 st.settle(cause)  # also when not read back yet: its copy is then known as answered
             st.settle_matching(event.server, event.segment.id, "load")
-            return True
+            return not expected or self.loading_blocked
         if isinstance(event, SegmentUnannounced):
             sid = st.by_text.get(event.segment_id)
+            expected = (cause is not None and cause in st.queue) or (
+                sid is not None and bool(st.queued_at(event.server, sid, "drop")))
             if cause is not None:
                 st.settle(cause)
             if sid is not None:
                 st.hold(event.server, sid, False)
                 st.settle_matching(event.server, sid, "drop")
-            return True
+            return not expected or self.loading_blocked
         if isinstance(event, SegmentLoadRefused):
             st.settle(event.command_id)
             if cause is not None:
                 st.settle(cause)
             if event.move_id is not None:  # the source keeps its copy: the drop half is abandoned
-                for cid, item in sorted(st.queue.items()):
-                    if item.move_id == event.move_id:
-                        st.settle(cid)
+                for cid in st.of_move(event.move_id):
+                    st.settle(cid)
             return True
         if isinstance(event, ServerJoined):
             f = st.servers.get(event.server) or ServerFacts()
@@ -475,7 +529,7 @@ class PlannerAgent:
                 "decommissioning" if event.reason.startswith("draining") else "balancing")
             source = None
             if event.move_id is not None:
-                source = next((q.source for q in st.queue.values() if q.move_id == event.move_id and q.source), None)
+                source = next((st.queue[c].source for c in st.of_move(event.move_id) if st.queue[c].source), None)
             item = InFlight(event.server, "load", event.segment.id, env.occurred_at, event.move_id, source, purpose)
         else:
             sid = st.by_text.get(event.segment_id)
@@ -483,8 +537,9 @@ class PlannerAgent:
                 return
             item = InFlight(event.server, "drop", sid, env.occurred_at, event.move_id)
             if event.move_id is not None:  # tell the load half where it moves from
-                for cid, q in sorted(st.queue.items()):
-                    if q.move_id == event.move_id and q.action == "load" and q.source is None:
+                for cid in st.of_move(event.move_id):
+                    q = st.queue[cid]
+                    if q.action == "load" and q.source is None:
                         st.enqueue(cid, InFlight(q.server, q.action, q.segment, q.sent_at, q.move_id,
                                                  event.server, q.purpose))
         known = st.queue.get(env.event_id)
@@ -514,6 +569,7 @@ class PlannerAgent:
         st.runs += 1
         result = plan(st.view(now, st.runs, self.load_timeout_ms), compute_cost=False,
                       balance=balance and self.balancing, shelf=self.shelf)
+        self.loading_blocked = _loading_blocked(result)
         self.last_plan = result
         return self._emit(result, now, position, cause)
 
@@ -582,8 +638,7 @@ class PlannerAgent:
                 st.enqueue(drop_id, InFlight(cmd.source, "drop", cmd.segment, now, move_id))
             return
         if cmd.type == "cancel":
-            loads = sorted((item.sent_at, cid) for cid, item in st.queue.items()
-                           if item.server == cmd.server and item.segment == cmd.segment and item.action == "load")
+            loads = sorted((st.queue[cid].sent_at, cid) for cid in st.queued_at(cmd.server, cmd.segment, "load"))
             cancels = loads[0][1] if loads else None  # the one the view showed
             cancel_id = command_id("cancel", cancels) if cancels is not None else \
                 self._fresh_id("cancel", cmd.server, sid_text)
@@ -602,14 +657,13 @@ class PlannerAgent:
         """A cancel is out of the queues at once: the load it names (else the server's queued loads of the
         segment), a move's drop half with it, and the cancel itself (it needs no answer)."""
         st = self.state
-        targets = [cancels] if cancels is not None else sorted(
-            cid for cid, item in st.queue.items() if item.server == server and item.segment == sid
-            and item.action == "load")
+        targets = [cancels] if cancels is not None else (
+            st.queued_at(server, sid, "load") if sid is not None else [])
         for cid in targets:
             item = st.settle(cid)
             if item is not None and item.move_id is not None:
-                for other, q in sorted(st.queue.items()):
-                    if q.move_id == item.move_id and q.action == "drop":
+                for other in st.of_move(item.move_id):
+                    if st.queue[other].action == "drop":
                         st.settle(other)
         st.settle(cancel_id)
 
@@ -689,6 +743,10 @@ def _stage(st: PlannerState, batch: StoreBatch, key: bytes) -> None:
         batch.put(key, orjson.dumps(st.config_json))
 
 
+def _loading_blocked(result: Plan) -> bool:
+    return any(result.metrics.get(k) for k in ("segment/assignSkipped/count", "segment/replicationThrottled/count"))
+
+
 def load_state(store: AgentStateStore) -> PlannerState:
     """The planner's state as last committed (empty store: a fresh cluster)."""
     st = PlannerState()
@@ -707,7 +765,7 @@ def load_state(store: AgentStateStore) -> PlannerState:
         st.servers[k[len(SRV_PREFIX):].decode()] = ServerFacts(o["tier"], o["maxSizeBytes"], o["decommissioning"],
                                                                o["joined"])
     for k, v in store.scan(QUEUE_PREFIX):
-        st.queue[k[len(QUEUE_PREFIX):].decode()] = InFlight.from_bytes(v)
+        st.index(k[len(QUEUE_PREFIX):].decode(), InFlight.from_bytes(v))
     for k, v in store.scan(RULES_PREFIX):
         ds = k[len(RULES_PREFIX):].decode()
         st.rules_json[ds] = orjson.loads(v)
