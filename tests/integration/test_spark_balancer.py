@@ -230,3 +230,36 @@ def test_restart_from_the_checkpoint_applies_no_move_twice(kafka_bootstrap: str,
     assert len(restarted) > len(dedup(restarted)), "the crash came after the write: the batch was sent twice"
     assert [key(e) for e in dedup(restarted)] == [key(e) for e in dedup(uninterrupted)]
     assert len(moves_of(dedup(uninterrupted))) > 6  # several rounds of moves, not one
+
+
+def test_segcoord_run_with_the_spark_balancer_starts_it_and_leaves_balancing_to_it(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """``segcoord run --balancer spark``: the job starts beside the worker (checkpoint under the state folder),
+    the planner agent says it skips its balancing stages, and a SIGTERM ends both processes."""
+    import signal
+
+    topics = Topics(f"bs{uuid.uuid4().hex[:8]}.")
+    log = tmp_path / "run.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "segcoord"), "run", "--bootstrap", kafka_bootstrap,
+             "--topic-prefix", topics.prefix, "--state-dir", str(tmp_path / "state"), "--balancer", "spark"],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 180
+        while "segcoord balancer: tiers _default_tier" not in log.read_text():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        text = log.read_text()
+        assert "balancing left to the Spark balancer" in text
+        child = int(text.split("Spark balancer started (pid ", 1)[1].split(")", 1)[0])
+        assert str(tmp_path / "state" / "balancer-checkpoint") in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(90)
+    assert code == 0, log.read_text()[-3000:]
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text()
