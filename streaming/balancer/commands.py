@@ -24,7 +24,8 @@ from events.ids import derived_event_id
 from events.registry import Event
 from events.schema import Instant
 from events.segment import SegmentDescriptor
-from streaming.balancer.placement import InFlight, TierPlacement
+from streaming.balancer.placement import TierPlacement
+from streaming.inflight import InFlight
 
 
 def move_ids(tier: str, run: int, index: int) -> tuple[str, str]:

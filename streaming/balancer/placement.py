@@ -52,9 +52,7 @@ from events.registry import Event
 from events.schema import decode_record, encode_record
 from events.segment import SegmentDescriptor, SegmentId
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
-
-DEFAULT_TIER = "_default_tier"
-DEFAULT_LOAD_TIMEOUT_MS = 15 * 60_000  # as the planner agent: Druid's druid.coordinator.load.timeout
+from streaming.inflight import DEFAULT_LOAD_TIMEOUT_MS, InFlight, ServerFacts
 
 # state entry families (one Spark MapState each) and the meta value
 SEGMENTS = "segments"  # segment id text -> {"segment", "used", "holders"}
@@ -62,31 +60,6 @@ SERVERS = "servers"    # server -> {"tier", "maxSizeBytes", "decommissioning", "
 QUEUE = "queue"        # command id -> in-flight command
 ANSWERED = "answered"  # command id -> "" (answered before it was read back)
 PairKey = tuple[str, SegmentId]
-
-
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """A command sent and not answered yet: a load (a move's target half has ``move_id``/``source``) or a drop."""
-
-    server: str
-    action: str  # "load" | "drop"
-    segment: SegmentId
-    sent_at: int
-    move_id: str | None = None
-    source: str | None = None
-    purpose: str = "loading"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"server": self.server, "action": self.action, "segment": str(self.segment), "sentAt": self.sent_at,
-                "moveId": self.move_id, "source": self.source, "purpose": self.purpose}
-
-
-@dataclass(slots=True)
-class ServerFacts:
-    tier: str = DEFAULT_TIER
-    max_size_bytes: int = 0
-    decommissioning: bool = False
-    joined: bool = True
 
 
 @dataclass
@@ -419,7 +392,7 @@ class TierPlacement:
         for key, value in queue:
             o = orjson.loads(value)
             sid = p.by_text.get(o["segment"]) or SegmentId.parse(o["segment"])
-            item = InFlight(o["server"], o["action"], sid, o["sentAt"], o["moveId"], o["source"], o["purpose"])
+            item = InFlight.from_json(o, sid)
             p.queue[key] = item
             for pair in _pairs(item):
                 p.by_pair.setdefault(pair, set()).add(key)

@@ -44,7 +44,8 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from events.envelope import decode
 from events.schema import EventValidationError
 from streaming.balancer.batch import run_batch
-from streaming.balancer.placement import ANSWERED, DEFAULT_LOAD_TIMEOUT_MS, QUEUE, SEGMENTS, SERVERS, TierPlacement
+from streaming.balancer.placement import ANSWERED, QUEUE, SEGMENTS, SERVERS, TierPlacement
+from streaming.inflight import DEFAULT_LOAD_TIMEOUT_MS
 
 OUTPUT_SCHEMA = "tier string, seq long, kind string, key string, value string"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"

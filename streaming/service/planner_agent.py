@@ -136,15 +136,14 @@ from events.schema import EventValidationError, Instant, decode_record, encode_r
 from events.segment import SegmentDescriptor, SegmentId
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
 from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
+from streaming.inflight import DEFAULT_LOAD_TIMEOUT_MS, InFlight, ServerFacts
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
 from streaming.service.state import AgentStateStore, StoreBatch
 from streaming.service.timeline_facts import id_key, parse_id_key
 
 FORMAT_VERSION = "planner-agent/1"
 STORE_NAME = "planner"
-DEFAULT_TIER = "_default_tier"
 FAULT_ENV = "SEGCOORD_PLANNER_FAULT"  # crash tests only: see _fault_point
-DEFAULT_LOAD_TIMEOUT_MS = 15 * 60_000  # Druid's druid.coordinator.load.timeout (PT15M); the audit's default
 
 SEG_PREFIX = b"seg/"      # id key -> {"segment", "used"}
 HELD_PREFIX = b"held/"    # server \x00 id key -> b""
@@ -166,38 +165,6 @@ def command_id(*content: str) -> str:
     """
     text = "\x00".join(("planner-command", *content)).encode()
     return hashlib.blake2b(text, digest_size=16).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """A command sent and not answered: a load (the target half of a move has ``move_id``/``source``) or a drop."""
-
-    server: str
-    action: str  # "load" | "drop"
-    segment: SegmentId
-    sent_at: int
-    move_id: str | None = None
-    source: str | None = None
-    purpose: str = "loading"
-
-    def to_bytes(self) -> bytes:
-        return orjson.dumps({"server": self.server, "action": self.action, "segment": id_key(self.segment).decode(),
-                             "sentAt": self.sent_at, "moveId": self.move_id, "source": self.source,
-                             "purpose": self.purpose})
-
-    @staticmethod
-    def from_bytes(data: bytes) -> InFlight:
-        o = orjson.loads(data)
-        return InFlight(o["server"], o["action"], parse_id_key(o["segment"].encode()), o["sentAt"], o["moveId"],
-                        o["source"], o["purpose"])
-
-
-@dataclass
-class ServerFacts:
-    tier: str = DEFAULT_TIER
-    max_size_bytes: int = 0
-    decommissioning: bool = False
-    joined: bool = True
 
 
 @dataclass
@@ -736,7 +703,7 @@ def _stage(st: PlannerState, batch: StoreBatch, key: bytes) -> None:
         if item is None:
             batch.delete(key)
         else:
-            batch.put(key, item.to_bytes())
+            batch.put(key, orjson.dumps(item.to_json(id_key(item.segment).decode())))
     elif key.startswith(RULES_PREFIX):
         batch.put(key, orjson.dumps(st.rules_json[key[len(RULES_PREFIX):].decode()]))
     elif key == CONFIG_KEY:
@@ -765,7 +732,8 @@ def load_state(store: AgentStateStore) -> PlannerState:
         st.servers[k[len(SRV_PREFIX):].decode()] = ServerFacts(o["tier"], o["maxSizeBytes"], o["decommissioning"],
                                                                o["joined"])
     for k, v in store.scan(QUEUE_PREFIX):
-        st.index(k[len(QUEUE_PREFIX):].decode(), InFlight.from_bytes(v))
+        o = orjson.loads(v)
+        st.index(k[len(QUEUE_PREFIX):].decode(), InFlight.from_json(o, parse_id_key(o["segment"].encode())))
     for k, v in store.scan(RULES_PREFIX):
         ds = k[len(RULES_PREFIX):].decode()
         st.rules_json[ds] = orjson.loads(v)
