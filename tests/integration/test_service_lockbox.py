@@ -43,7 +43,16 @@ from streaming.service.lockbox_agent import (
 )
 from streaming.service.state import AgentStateStore
 from streaming.task_client import RequestRefused, TaskClient, TaskClientError
-from tests.integration.test_service_timeline import SEGCOORD, T0, Raw, Service, read_all, wait_for
+from tests.integration.test_service_timeline import (
+    SEGCOORD,
+    T0,
+    Flow,
+    Raw,
+    Service,
+    kill_and_restart,
+    read_all,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 DAY = 86_400_000
@@ -296,31 +305,23 @@ def test_kill_9_restarts_mid_stream_lose_and_duplicate_nothing(kafka_bootstrap: 
     assert len(stream) > 3000
     chunks = [stream[i:i + 100] for i in range(0, len(stream), 100)]
     pauses = [rng.uniform(3.0, 5.0) for _ in range(3)]
-    producing_for = sum(pauses) + 3.0
     request_topic = topics.name(LOCK_REQUESTS)
+    producer = EventProducer(kafka_bootstrap, topics)
 
-    def produce() -> None:
-        producer = EventProducer(kafka_bootstrap, topics)
-        for chunk in chunks:
-            for item in chunk:
-                if isinstance(item, bytes):
-                    producer.send_raw(request_topic, b"bad", item)
-                else:
-                    producer.send(item)
-            producer.flush()
-            time.sleep(producing_for / len(chunks))
+    def send(chunk: list[Envelope[Event] | bytes]) -> None:
+        for item in chunk:
+            if isinstance(item, bytes):
+                producer.send_raw(request_topic, b"bad", item)
+            else:
+                producer.send(item)
+        producer.flush()
 
-    flow = threading.Thread(target=produce, name="produce")
+    flow = Flow(chunks, send, seconds=sum(pauses) + 3 * 1.5 + 3.0, reserve=3)
     service = Service(kafka_bootstrap, topics, tmp_path / "state", tmp_path / "run.log")
     flow.start()
     kills_while_flowing = 0
     try:
-        service.start()
-        for pause in pauses:
-            time.sleep(pause)
-            kills_while_flowing += flow.is_alive()
-            service.kill()
-            service.start()
+        kills_while_flowing = kill_and_restart(service, pauses, flow)
         flow.join()
         expected = pure_fold(read_all(kafka_bootstrap, request_topic))
         wait_for("all decisions", lambda: len(dedup(read_all(kafka_bootstrap, topics.name(LOCKS))))

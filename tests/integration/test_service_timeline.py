@@ -179,6 +179,52 @@ def wait_for(what: str, check: Callable[[], Any], service: Service, timeout: flo
     raise AssertionError(f"no {what} after {timeout}s; log:\n{service.log.read_text()[-3000:]}")
 
 
+class Flow:
+    """A paced producer thread that holds back its last ``reserve`` chunks until :meth:`kills_done`, so every
+    kill of :func:`kill_and_restart` lands while the stream still flows, however slow the restarts are."""
+
+    def __init__(self, chunks: list[Any], send: Callable[[Any], None], seconds: float, reserve: int) -> None:
+        self._done = threading.Event()
+
+        def produce() -> None:
+            for i, chunk in enumerate(chunks):
+                if i == len(chunks) - reserve:
+                    self._done.wait(600)
+                send(chunk)
+                time.sleep(seconds / len(chunks))
+
+        self.thread = threading.Thread(target=produce, name="produce")
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def kills_done(self) -> None:
+        self._done.set()
+
+    def join(self) -> None:
+        self.kills_done()
+        self.thread.join()
+
+
+def kill_and_restart(service: Service, pauses: list[float], flow: Flow) -> int:
+    """Start the service; then, per pause, wait until the running start has loaded its stores (its
+    " resumes at " line), sleep the pause, SIGKILL and restart it. Returns the kills made while ``flow`` was
+    still producing; releases the flow's held-back chunks at the end."""
+    kills_while_flowing = 0
+    service.start()
+    for starts, pause in enumerate(pauses, start=1):
+        service.loaded(starts)
+        time.sleep(pause)
+        kills_while_flowing += flow.alive()
+        service.kill()
+        service.start()
+    flow.kills_done()
+    return kills_while_flowing
+
+
 def wait_for_outputs(bootstrap: str, topics: Topics, want: int, service: Service, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     got = 0
@@ -366,38 +412,25 @@ def test_crash_recovery_sigkill_at_20_points_equals_pure_fold(kafka_bootstrap: s
     rng = random.Random(20261121)
     events = segment_stream(rng, 50_000)
     pauses = [rng.uniform(0.8, 3.5) for _ in range(20)]
-    producing_for = sum(pauses) + 20 * 1.5  # each restart also loads its state before the next pause starts
     chunks = [events[i:i + 250] for i in range(0, len(events), 250)]
-    kills_done = threading.Event()
+    producer = EventProducer(kafka_bootstrap, topics)
 
-    def produce() -> None:
-        producer = EventProducer(kafka_bootstrap, topics)
-        for i, chunk in enumerate(chunks):
-            if i == len(chunks) - 10:
-                kills_done.wait(600)  # the stream is still flowing at every kill, however slow the restarts are
-            for e in chunk:
-                producer.send(e)
-            producer.flush()
-            time.sleep(producing_for / len(chunks))
+    def send(chunk: list[Envelope[Event]]) -> None:
+        for e in chunk:
+            producer.send(e)
+        producer.flush()
 
-    flow = threading.Thread(target=produce, name="produce")
+    # each restart also loads its state before its pause starts: about 1.5 s more per kill
+    flow = Flow(chunks, send, seconds=sum(pauses) + 20 * 1.5, reserve=10)
     service = Service(kafka_bootstrap, topics, tmp_path / "state", tmp_path / "run.log")
     flow.start()
     kills_while_flowing = 0
     try:
-        service.start()
-        for starts, pause in enumerate(pauses, start=1):
-            service.loaded(starts)
-            time.sleep(pause)
-            kills_while_flowing += flow.is_alive()
-            service.kill()
-            service.start()
-        kills_done.set()
+        kills_while_flowing = kill_and_restart(service, pauses, flow)
         flow.join()
         expected = pure_fold(read_all(kafka_bootstrap, topics.name(SEGMENTS)))
         wait_for_outputs(kafka_bootstrap, topics, len(expected.outputs), service, timeout=120)
     finally:
-        kills_done.set()
         flow.join()
         if service.alive():
             assert service.stop() == 0
