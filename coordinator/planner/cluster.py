@@ -11,14 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING
 
+from coordinator.placement.projected import Purpose, QueueAction, QueueItem
+from coordinator.placement.records import ServerFacts
 from coordinator.rules.dynamic_config import DynamicConfig
 from coordinator.rules.ruleset import RuleSet
 from events.segment import SegmentDescriptor, SegmentId
 
-Purpose = Literal["loading", "decommissioning", "balancing"]
-QueueAction = Literal["load", "drop"]
+if TYPE_CHECKING:
+    from coordinator.placement.state import PlacementState
+
+__all__ = ["ClusterView", "Purpose", "QueueAction", "QueueItem", "Server", "ServerState"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,17 +39,6 @@ class Server:
             raise ValueError(f"server {self.name}: a tier must be named")
         if self.max_size_bytes < 0:
             raise ValueError(f"server {self.name}: maxSizeBytes must be non-negative, got {self.max_size_bytes}")
-
-
-@dataclass(frozen=True, slots=True)
-class QueueItem:
-    """A queued load or drop; ``move_id`` and ``source`` are set for the load half of a move."""
-
-    action: QueueAction
-    segment: SegmentId
-    purpose: Purpose = "loading"
-    move_id: str | None = None
-    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +60,15 @@ class ClusterView:
     config: DynamicConfig = field(default_factory=DynamicConfig)
     coordinator_start: int = 0
     run: int = 1
+
+    def placement(self) -> PlacementState:
+        """The view as a placement state (queued items sent at ``now``), the state a planning run works on."""
+        from coordinator.placement.state import PlacementState
+
+        return PlacementState.build(
+            ((name, ServerFacts(s.server.tier, s.server.max_size_bytes, s.server.decommissioning),
+              sorted(s.loaded, key=lambda x: x.sort_key), s.queue) for name, s in sorted(self.servers.items())),
+            self.segments.values(), self.used, self.rules, self.config, self.now)
 
     def decommissioning(self, name: str) -> bool:
         state = self.servers[name]

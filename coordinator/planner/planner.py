@@ -46,9 +46,9 @@ import numpy as np
 
 from coordinator.balancer.cost_cache import ServerCostCache
 from coordinator.balancer.strategy import TIE_TOLERANCE, num_best_servers
+from coordinator.placement.state import PlacementState
 from coordinator.planner.cluster import ClusterView, Purpose
 from coordinator.planner.cost_shelf import CostCacheShelf
-from coordinator.planner.projection import Projection
 from coordinator.timeline.timeline import Timeline
 from events.segment import SegmentDescriptor, SegmentId
 
@@ -67,6 +67,8 @@ class PlanCommand:
     replica: bool = False
     source: str | None = None
     move_id: str | None = None
+    command_id: str | None = None  # the load's, drop's or cancel's id (a move's: its load half's, = move_id)
+    cancels: str | None = None  # a cancel: the id of the queued load it withdraws
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"type": self.type, "server": self.server, "segment": str(self.segment),
@@ -83,6 +85,7 @@ class Plan:
     mark_unused: tuple[tuple[SegmentId, str], ...]
     metrics: dict[str, object]
     unknown_tiers: tuple[str, ...] = ()
+    deferred: frozenset[SegmentId] = frozenset()  # segments left short (no room, throttled, stuck): plan again
 
 
 @dataclass(slots=True)
@@ -100,49 +103,59 @@ def _newest_first(seg: SegmentDescriptor) -> tuple[int, int, str, int]:
 
 
 class _Run:
-    def __init__(self, view: ClusterView, compute_cost: bool, balancing: bool = True,
-                 only_tier: str | None = None, shelf: CostCacheShelf | None = None) -> None:
-        self.view = view
-        self.p = Projection(view, shelf)
+    """One planning run over a :class:`PlacementState`, which it updates after every decision (each decision is
+    folded in as the command it becomes, so the state a run leaves is the state its commands make).
+
+    ``scope`` (incremental runs): the segments whose planning inputs changed; the loading, broadcast,
+    replication, draining and unloading stages look at those alone, in the same order and under the same
+    limits as a full run, which looks at every segment. ``deferred`` collects the segments a run left short
+    (no room, throttled, stuck, unsafe to drop): the caller keeps them in the next run's scope.
+    """
+
+    def __init__(self, state: PlacementState, *, now: int, run: int, start: int, compute_cost: bool,
+                 balancing: bool = True, only_tier: str | None = None, scope: set[SegmentId] | None = None,
+                 mark_overshadowed: bool = True) -> None:
+        self.p = state
+        self.now, self.run_number, self.start = now, run, start
+        self.rules, self.config = state.rules, state.config
         self.balancing = balancing  # False: stages 7, 10, 11 are someone else's (the Spark balancer)
         self.only_tier = only_tier  # balance this tier alone (None: every tier)
-        used_count = len(view.used)
-        self.limits = view.config.effective(used_count, len(view.servers))
-        shares = view.config.queue_shares()
+        self.scope = scope
+        self.marking = mark_overshadowed
+        self.limits = self.config.effective(len(state.used), len(state.tier_of))
+        shares = self.config.queue_shares()
         self.shares = {"loading": shares.loading, "decommissioning": shares.decommissioning,
                        "balancing": shares.balancing}
-        self.decommissioning_max = view.config.decommissioning_max_percent / 100
-        self.log_base = float(view.config.num_best_servers_log_base)
+        self.decommissioning_max = self.config.decommissioning_max_percent / 100
+        self.log_base = float(self.config.num_best_servers_log_base)
         self.commands: list[PlanCommand] = []
         self.unused: list[tuple[SegmentId, str]] = []
         self.metrics: Counter[str] = Counter()
         self.moves_made: Counter[str] = Counter()
-        self.replica_in_flight: Counter[str] = Counter()
         self.cursor: dict[str, int] = {}
         self.to_be_balanced: dict[str, list[SegmentId]] = {}
         self.visited: dict[str, set[SegmentId]] = {}
         self.compute_cost = compute_cost
         self.targets: dict[SegmentId, _Target] = {}
         self.satisfied: set[SegmentId] = set()
+        self.deferred: set[SegmentId] = set()
         self._candidates: dict[str, list[SegmentId]] = {}
         self._load_rule_order: list[SegmentId] | None = None
-        match = view.rules.matcher(view.now)
-        for sid in sorted(view.used, key=_ID):
-            seg = view.segments[sid]
-            rule = match(seg.data_source, seg.interval)
-            if rule is None:
-                self.targets[sid] = _Target("none")
-            elif rule.kind == "load":
-                self.targets[sid] = _Target("load", {t: n for t, n in rule.tiered_replicants.items() if n > 0})
-            elif rule.kind == "broadcast":
-                self.targets[sid] = _Target("broadcast")
-            else:
-                self.targets[sid] = _Target("drop")
-        for name, state in view.servers.items():  # replica loads already in flight
-            for item in state.queue:
-                tier = self.p.tier_of[name]
-                if item.action == "load" and item.move_id is None and tier in self.p.started_on.get(item.segment, ()):
-                    self.replica_in_flight[tier] += 1
+        self._match = self.rules.matcher(now)
+        planned = state.used if scope is None else scope & state.used
+        for sid in sorted(planned, key=_ID):
+            self.targets[sid] = self.target(sid)
+
+    def target(self, sid: SegmentId) -> _Target:
+        seg = self.p.segments[sid]
+        rule = self._match(seg.data_source, seg.interval)
+        if rule is None:
+            return _Target("none")
+        if rule.kind == "load":
+            return _Target("load", {t: n for t, n in rule.tiered_replicants.items() if n > 0})
+        if rule.kind == "broadcast":
+            return _Target("broadcast")
+        return _Target("drop")
 
     # -- limits --------------------------------------------------------------------
     def queue_cap(self) -> float:
@@ -196,26 +209,26 @@ class _Run:
 
     def load(self, sid: SegmentId, tier: str, stage: int, reason: str, share: float | None,
              relative: bool = True, throttle: bool = True) -> bool:
-        replica = tier in self.p.started_on.get(sid, ())
-        if replica and throttle and self.replica_in_flight[tier] >= self.limits.replication_throttle_limit:
+        replica = self.p.is_replica(sid, tier)
+        if replica and throttle and self.p.replica_loads[tier] >= self.limits.replication_throttle_limit:
             self.metrics[f"segment/replicationThrottled/count/{tier}"] += 1
+            self.deferred.add(sid)
             return False
         name = self.pick(sid, tier, "loading", share, relative)
         if name is None:
             self.metrics[f"segment/assignSkipped/count/{tier}"] += 1  # no server with room (or queue share) now
+            self.deferred.add(sid)
             return False
-        self.p.load(name, sid, "loading")
-        if replica:
-            self.replica_in_flight[tier] += 1
+        cid = self.p.plan_load(name, sid, "replica" if replica else "loading", self.now)
         self.metrics[f"segment/assigned/count/{tier}"] += 1
-        self.emit(PlanCommand("load", name, sid, tier, stage, reason, replica))
+        self.emit(PlanCommand("load", name, sid, tier, stage, reason, replica, command_id=cid))
         return True
 
     # -- stages 1-4: loading -----------------------------------------------------------
     def load_rule_segments(self) -> list[SegmentId]:
         if self._load_rule_order is None:
             chosen = [sid for sid, t in self.targets.items() if t.kind == "load" and t.total > 0]
-            chosen.sort(key=lambda s: _newest_first(self.view.segments[s]))
+            chosen.sort(key=lambda s: _newest_first(self.p.segments[s]))
             self._load_rule_order = chosen
         return self._load_rule_order
 
@@ -232,13 +245,16 @@ class _Run:
 
     def broadcast(self, stage: int, share: float | None, relative: bool) -> None:
         for sid in sorted((s for s, t in self.targets.items() if t.kind == "broadcast"), key=_ID):
-            for name in sorted(self.view.servers):
-                if not self.can_take(name, sid) or not self.room(name, "loading", share, relative):
+            for name in sorted(self.p.tier_of):
+                if not self.can_take(name, sid):
+                    continue
+                if not self.room(name, "loading", share, relative):
+                    self.deferred.add(sid)
                     continue
                 tier = self.p.tier_of[name]
-                self.p.load(name, sid, "loading")
+                cid = self.p.plan_load(name, sid, "broadcast", self.now)
                 self.metrics[f"segment/assigned/count/{tier}"] += 1
-                self.emit(PlanCommand("load", name, sid, tier, stage, "broadcast", False))
+                self.emit(PlanCommand("load", name, sid, tier, stage, "broadcast", False, command_id=cid))
 
     def replicate(self, stage: int, share: float | None, relative: bool) -> None:
         for sid in self.load_rule_segments():
@@ -264,7 +280,8 @@ class _Run:
     def drain(self, stage: int, share: float | None) -> None:
         for name in sorted(self.p.decommissioning):
             tier = self.p.tier_of[name]
-            for sid in sorted((s for s in self.p.loaded[name] if name in self.p.holders.get(s, ())), key=_ID):
+            held = self.p.loaded[name] if self.scope is None else self.p.loaded[name] & self.scope
+            for sid in sorted((s for s in held if name in self.p.holders.get(s, ())), key=_ID):
                 target = self.targets.get(sid)
                 if target is None or target.kind != "load" or name in self.p.move_sources.get(sid, ()):
                     continue
@@ -275,15 +292,15 @@ class _Run:
                 dest = self.pick(sid, tier, "decommissioning", share, True)
                 if dest is None:
                     self.metrics["segment/decommissioningStuck/count"] += 1
+                    self.deferred.add(sid)
                     continue
                 self.move(sid, name, dest, tier, stage, "decommissioning", f"draining {name}")
 
     def move(self, sid: SegmentId, source: str, dest: str, tier: str, stage: int, purpose: Purpose,
              reason: str) -> None:
-        move_id = f"move-{self.view.run}-{len(self.commands)}"
-        self.p.load(dest, sid, purpose, move_id, source)
+        move_id = self.p.plan_load(dest, sid, purpose, self.now, source)
         self.metrics[f"segment/moved/count/{tier}"] += 1
-        self.emit(PlanCommand("move", dest, sid, tier, stage, reason, False, source, move_id))
+        self.emit(PlanCommand("move", dest, sid, tier, stage, reason, False, source, move_id, command_id=move_id))
 
     # -- stages 7, 10, 11: balancing ------------------------------------------------------
     def balance_candidates(self, tier: str) -> list[SegmentId]:
@@ -339,7 +356,7 @@ class _Run:
             candidates = self.balance_candidates(tier)
             if not candidates:
                 continue
-            seed = zlib.crc32(f"{self.view.run}/{tier}/{stage}".encode())
+            seed = zlib.crc32(f"{self.run_number}/{tier}/{stage}".encode())
             order = np.random.default_rng(seed).permutation(len(candidates)).tolist()
             visited = self.visited.setdefault(tier, set())
             window: deque[bool] = deque(maxlen=100)
@@ -372,20 +389,22 @@ class _Run:
 
     # -- stage 12-13: unloading -----------------------------------------------------------
     def unload(self, stage: int) -> None:
-        view, p = self.view, self.p
-        known = set(view.segments)
-        everywhere: set[SegmentId] = set(p.holders) | set(p.pending) | {
-            s for n in view.servers for s in p.loading[n]}
+        p = self.p
+        if self.scope is None:
+            everywhere: set[SegmentId] = set(p.holders) | set(p.pending) | {
+                s for n in p.tier_of for s in p.loading[n]}
+        else:
+            everywhere = self.scope
         for sid in sorted(everywhere, key=_ID):
             target = self.targets.get(sid)
-            if sid not in view.used or target is None or target.kind == "drop":
-                reason = "unused" if sid not in view.used or target is None else "drop rule"
-                for name in sorted(n for n in view.servers if sid in p.loading[n]):
+            if sid not in p.used or target is None or target.kind == "drop":
+                reason = "unused" if sid not in p.used or target is None else "drop rule"
+                for name in sorted(n for n in p.tier_of if sid in p.loading[n]):
                     self.cancel(name, sid, stage, reason)
                 for name in sorted(p.holders.get(sid, set())):
                     self.drop(name, sid, stage, reason)
                 continue
-            if sid not in known or target.kind != "load":
+            if sid not in p.segments or target.kind != "load":
                 continue
             if any(p.copies(sid, t).total > target.replicants.get(t, 0) for t in p.tiers_with_copies(sid)):
                 self.trim(sid, target.replicants, stage)
@@ -394,7 +413,8 @@ class _Run:
         """Decommissioning servers get nothing new: their queued loads go before any assignment, so the
         segments are assigned elsewhere in this same run."""
         for name in sorted(self.p.decommissioning):
-            for sid in sorted(self.p.loading[name], key=_ID):
+            queued = self.p.loading[name] if self.scope is None else self.p.loading[name].keys() & self.scope
+            for sid in sorted(queued, key=_ID):
                 self.cancel(name, sid, stage, f"{name} is decommissioning")
 
     def trim(self, sid: SegmentId, replicants: dict[str, int], stage: int) -> None:
@@ -414,6 +434,7 @@ class _Run:
                 if p.copies(sid, tier).loaded <= want:
                     break
                 if not self.safe_to_drop(sid, tier, reachable):
+                    self.deferred.add(sid)
                     break
                 self.drop(name, sid, stage, f"over-replicated in {tier}")
 
@@ -428,37 +449,37 @@ class _Run:
     def broadcast_only_decommissioning(self, stage: int) -> None:
         for name in sorted(self.p.decommissioning):
             held = [s for s in self.p.loaded[name] if name in self.p.holders.get(s, ())]
-            if held and all(self.targets.get(s, _Target("none")).kind == "broadcast" for s in held):
+            if held and all(self.target(s).kind == "broadcast" for s in held if s in self.p.used):
                 for sid in sorted(held, key=_ID):
                     self.drop(name, sid, stage, f"{name} is decommissioning")
 
     def cancel(self, name: str, sid: SegmentId, stage: int, reason: str) -> None:
-        item = self.p.cancel(name, sid)
+        cid, cancels, item = self.p.plan_cancel(name, sid)
         self.metrics[f"segment/cancelled/count/{self.p.tier_of[name]}"] += 1
         self.emit(PlanCommand("cancel", name, sid, self.p.tier_of[name], stage, reason, False, item.source,
-                              item.move_id))
+                              item.move_id, command_id=cid, cancels=cancels))
 
     def drop(self, name: str, sid: SegmentId, stage: int, reason: str) -> None:
-        self.p.drop(name, sid)
+        cid = self.p.plan_drop(name, sid, self.now)
         self.metrics[f"segment/dropped/count/{self.p.tier_of[name]}"] += 1
-        self.emit(PlanCommand("drop", name, sid, self.p.tier_of[name], stage, reason))
+        self.emit(PlanCommand("drop", name, sid, self.p.tier_of[name], stage, reason, command_id=cid))
 
     # -- overshadowed ---------------------------------------------------------------------
     def mark_overshadowed(self) -> None:
-        view = self.view
-        if view.now < view.coordinator_start + view.config.millis_to_wait_before_deleting:
+        p = self.p
+        if not self.marking or self.now < self.start + self.config.millis_to_wait_before_deleting:
             return
         by_source: dict[str, list[SegmentDescriptor]] = {}
-        for sid in view.used:
-            by_source.setdefault(sid.data_source, []).append(view.segments[sid])
+        for sid in p.used:
+            by_source.setdefault(sid.data_source, []).append(p.segments[sid])
         for source, segments in sorted(by_source.items()):
             if not _versions_overlap(segments):
                 continue  # nothing can be overshadowed
             online: dict[SegmentId, tuple[SegmentDescriptor, Iterable[str]]] = {}
             for seg in segments:
                 sid = seg.id
-                servers = [n for n in self.p.holders.get(sid, ()) if n in view.servers]
-                target = self.targets.get(sid)
+                servers = sorted(self.p.holders.get(sid, ()))
+                target = self.targets.get(sid) or self.target(sid)
                 if not servers and target is not None and target.kind == "load" and target.total == 0:
                     servers = ["(needs no replicas)"]
                 if servers:
@@ -498,13 +519,14 @@ class _Run:
         return total / 2
 
     def run(self) -> Plan:
-        view = self.view
-        unknown = tuple(view.rules.unknown_tiers(set(self.p.tiers)))
-        if view.config.pause_coordination:
+        p = self.p
+        unknown = tuple(self.rules.unknown_tiers(set(p.tiers)))
+        if self.config.pause_coordination:
             return Plan((), (), {"coordination/paused": 1}, unknown)
         self.metrics_at_start()
-        for tier in sorted(self.p.tiers):
-            self.balance_candidates(tier)  # as of the start of the run (seed 004)
+        if self.balancing:
+            for tier in sorted(p.tiers):
+                self.balance_candidates(tier)  # as of the start of the run (seed 004)
         cost_before = self.total_cost() if self.compute_cost else None
         self.cancel_on_decommissioning(0)                                           # 0
         loading = self.shares["loading"]
@@ -520,18 +542,20 @@ class _Run:
         self.broadcast_only_decommissioning(13)                                     # 13
         self.mark_overshadowed()
         self.unused.extend((sid, "drop rule") for sid, t in self.targets.items() if t.kind == "drop")
+        for sid, _reason in self.unused:
+            p.mark_unused(sid)
         metrics: dict[str, object] = {}
         for key, value in sorted(self.metrics.items()):
             _put(metrics, key, value)
-        for name in sorted(view.servers):
-            _put(metrics, f"segment/loadQueue/count/{name}", self.p.queue_size(name))
-            _put(metrics, f"segment/dropQueue/count/{name}", len(self.p.dropping[name]))
+        for name in sorted(p.tier_of):
+            _put(metrics, f"segment/loadQueue/count/{name}", p.queue_size(name))
+            _put(metrics, f"segment/dropQueue/count/{name}", len(p.dropping[name]))
         metrics["segment/markedUnused/count"] = len(self.unused)
         if cost_before is not None:
             metrics["balancer/cost/before"] = cost_before
             metrics["balancer/cost/after"] = self.total_cost()
         metrics["decisions"] = len(self.commands) + len(self.unused)
-        return Plan(tuple(self.commands), tuple(self.unused), metrics, unknown)
+        return Plan(tuple(self.commands), tuple(self.unused), metrics, unknown, frozenset(self.deferred))
 
 
 def _versions_overlap(segments: list[SegmentDescriptor]) -> bool:
@@ -562,14 +586,34 @@ def _put(metrics: dict[str, object], key: str, value: int) -> None:
 
 def plan(view: ClusterView, compute_cost: bool = True, *, balance: bool = True,
          shelf: CostCacheShelf | None = None) -> Plan:
-    """One coordinator run over a snapshot of the cluster.
+    """One coordinator run over a snapshot of the cluster (the reference: every segment is looked at).
 
     ``balance=False`` skips the balancing stages 7, 10 and 11 (while the Spark balancer runs, moves come
     from it alone); every other stage is unchanged. ``shelf`` keeps the per-server cost caches between runs
     (reconciled to each run's projected placement): the same plan, with cost work proportional to what
     changed since the last run.
     """
-    return _Run(view, compute_cost, balancing=balance, shelf=shelf).run()
+    state = view.placement()
+    if shelf is not None:
+        shelf.forget(state.tier_of)
+        for name in sorted(state.tier_of):
+            state.caches[name] = shelf.cache_for(name, (state.segments[s] for s in state.projected_segments(name)))
+    return plan_state(state, view.now, view.run, view.coordinator_start, compute_cost, balance=balance)
+
+
+def plan_state(state: PlacementState, now: int, run: int, start: int, compute_cost: bool = False, *,
+               balance: bool = True, scope: set[SegmentId] | None = None, mark_overshadowed: bool = True) -> Plan:
+    """One run over a live placement state, which it updates with every decision (the commands are folded in
+    with their ids, sent at ``now``; marks leave the used set).
+
+    ``scope=None`` is a full run. With a scope (the segments an event touched, plus the segments earlier runs
+    left short: ``Plan.deferred``), the per-segment stages (1-4, 5, 6, 8, 9, 12 and the cancels of stage 0)
+    look at those segments alone, under the same throttles and queue shares as a full run: a publish costs its
+    own loading decisions, not the cluster's. Balancing (7, 10, 11) and marking overshadowed segments unused
+    look at the whole cluster whenever asked for (``balance``, ``mark_overshadowed``).
+    """
+    return _Run(state, now=now, run=run, start=start, compute_cost=compute_cost, balancing=balance, scope=scope,
+                mark_overshadowed=mark_overshadowed).run()
 
 
 def balance_tier(view: ClusterView, tier: str, caches: dict[str, ServerCostCache] | None = None,
@@ -595,12 +639,14 @@ def balance_tier(view: ClusterView, tier: str, caches: dict[str, ServerCostCache
     >>> [(c.type, c.source, c.server) for c in balance_tier(view, "hot").commands]
     [('move', 'a', 'b'), ('move', 'a', 'b')]
     """
-    run = _Run(view, compute_cost, only_tier=tier)
+    state = view.placement()
+    run = _Run(state, now=view.now, run=view.run, start=view.coordinator_start, compute_cost=compute_cost,
+               only_tier=tier)
     if view.config.pause_coordination:
         return Plan((), (), {"coordination/paused": 1})
     names = run.p.tiers.get(tier, [])
     if caches:
-        run.p._caches.update((n, c) for n, c in caches.items() if n in names)
+        state.caches.update((n, c) for n, c in caches.items() if n in names)
     cost_before = run.tier_cost(tier) if compute_cost else None
     run.balance_candidates(tier)  # as of the start of the run, as in plan()
     run.balance(7, run.shares["balancing"], True, record=True)

@@ -1,0 +1,504 @@
+"""The planner's projection of the placement facts, kept current pair by pair.
+
+:class:`Projected` holds the raw facts every placement adapter shares (servers,
+holdings, commands in flight, segments) and the indexes a planning run reads,
+derived from them and updated in O(1) (O(log n) for the cost caches) whenever a
+fact of one (server, segment) pair changes. :class:`~coordinator.placement.state.PlacementState`
+adds the fold of events on top; this module knows nothing of events.
+
+**The projection of a pair** (server ``n``, segment ``s``), defined only while
+``n`` has joined and ``s`` is known:
+
+- *loaded*: ``n`` announced ``s`` (and has not unannounced it);
+- *the queue item*: of the commands in flight to ``n`` for ``s`` (a move's drop
+  half excepted: a move is modelled by its load half's ``source``), the earliest
+  (by time sent, then id): at most one item per server and segment;
+- *dropping*: loaded, and the queue item is a drop;
+- *holder*: loaded and not dropping (a move's source still holds: a move counts once);
+- *move source*: some queued move load of ``s`` names ``n`` as its ``source``;
+- *projected* (what ``n``'s cost cache holds): a holder that is not a move source,
+  or the queue item is a load.
+
+**Derived indexes** (every one a sum over pairs, so refreshing a pair keeps them exact):
+``loaded[n]``, ``dropping[n]``, ``loading[n][s]`` (queued loads), ``queued[n][purpose]``,
+``used_bytes[n]`` = loaded + loading - dropping bytes (Druid's projected size),
+``holders[s]``, ``pending[s]`` (servers with a plain queued load), ``move_sources[s]``,
+``loaded_in[s][tier]`` (holders per tier), ``pending_in[s][tier]``, and per tier the
+``replica_loads`` in flight (plain queued loads of segments the tier already holds;
+the replication throttle counts them). A server's cost cache, once built, holds
+exactly its projected segments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from coordinator.balancer.cost_cache import ServerCostCache
+from coordinator.placement.records import InFlight, ServerFacts
+from events.segment import SegmentDescriptor, SegmentId
+
+Purpose = Literal["loading", "decommissioning", "balancing"]
+QueueAction = Literal["load", "drop"]
+Pair = tuple[str, SegmentId]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueItem:
+    """A queued load or drop as the planner sees it; ``move_id`` and ``source`` are set for a move's load half."""
+
+    action: QueueAction
+    segment: SegmentId
+    purpose: Purpose = "loading"
+    move_id: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Copies:
+    loaded: int = 0
+    pending: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.loaded + self.pending
+
+
+@dataclass(frozen=True, slots=True)
+class _Derived:
+    """One pair's projection (see the module docstring); equal values contribute equally."""
+
+    tier: str
+    size: int
+    loaded: bool
+    item: QueueItem | None
+    item_id: str | None
+    move_source: bool
+
+    @property
+    def dropping(self) -> bool:
+        return self.loaded and self.item is not None and self.item.action == "drop"
+
+    @property
+    def holder(self) -> bool:
+        return self.loaded and not self.dropping
+
+    @property
+    def loading(self) -> bool:
+        return self.item is not None and self.item.action == "load"
+
+    @property
+    def projected(self) -> bool:
+        return (self.holder and not self.move_source) or self.loading
+
+
+def command_id(*content: str) -> str:
+    """A command's id: a pure function of what it commands (kind, server, segment, n-th such command).
+
+    >>> command_id("load", "h1", "wiki_2026-01-01T00:00:00.000Z_2026-01-02T00:00:00.000Z_v1", "0")
+    'b284393f2b6a345853b75188ea3b3387'
+    >>> command_id("load", "h1", "s", "0") != command_id("load", "h1", "s", "1")
+    True
+    """
+    text = "\x00".join(("planner-command", *content)).encode()
+    return hashlib.blake2b(text, digest_size=16).hexdigest()
+
+
+def _queue_purpose(purpose: str) -> Purpose:
+    if purpose in ("decommissioning", "balancing"):
+        return purpose  # type: ignore[return-value]
+    return "loading"
+
+
+class Projected:
+    """Raw placement facts plus the planner's projection of them (see the module docstring)."""
+
+    def __init__(self) -> None:
+        # facts
+        self.segments: dict[SegmentId, SegmentDescriptor] = {}
+        self.by_text: dict[str, SegmentId] = {}
+        self.used: set[SegmentId] = set()
+        self.servers: dict[str, ServerFacts] = {}
+        self.held: dict[str, set[SegmentId]] = {}
+        self.queue: dict[str, InFlight] = {}
+        self.by_place: dict[Pair, set[str]] = {}
+        self.by_move: dict[str, set[str]] = {}
+        self.in_flight: Counter[SegmentId] = Counter()
+        self.settled: set[str] = set()  # settled ids not yet handed to an adapter's store
+        self.settled_before: Callable[[str], bool] = lambda _cid: False  # an adapter's store of older ones
+        self.config_decommissioning: frozenset[str] = frozenset()
+        # derived
+        self._pairs: dict[Pair, _Derived] = {}
+        self._sourced: dict[str, Counter[SegmentId]] = {}  # server -> queued move loads naming it as source
+        self._by_server: dict[str, set[str]] = {}  # server -> ids of the commands in flight to it
+        self._unknown_refs: dict[SegmentId, set[str]] = {}  # segments not known yet -> servers referring to them
+        self.tier_of: dict[str, str] = {}
+        self.tiers: dict[str, list[str]] = {}
+        self.decommissioning: set[str] = set()
+        self.active: Counter[str] = Counter()
+        self.loaded: dict[str, set[SegmentId]] = {}
+        self.dropping: dict[str, set[SegmentId]] = {}
+        self.loading: dict[str, dict[SegmentId, QueueItem]] = {}
+        self.queued: dict[str, Counter[str]] = {}
+        self.used_bytes: dict[str, int] = {}
+        self.holders: dict[SegmentId, set[str]] = {}
+        self.pending: dict[SegmentId, set[str]] = {}
+        self.move_sources: dict[SegmentId, set[str]] = {}
+        self.loaded_in: dict[SegmentId, Counter[str]] = {}
+        self.pending_in: dict[SegmentId, Counter[str]] = {}
+        self.replica_loads: Counter[str] = Counter()
+        self.caches: dict[str, ServerCostCache] = {}
+        self.touched_segments: set[SegmentId] = set()  # every segment whose projection changed (callers drain it)
+        self.dirty: set[tuple[str, str]] = set()  # (family, key) of changed facts, for the adapters' stores
+
+    # -- reading (the planner's view) -----------------------------------------------------------
+    def segment(self, sid: SegmentId) -> SegmentDescriptor:
+        return self.segments[sid]
+
+    def size(self, sid: SegmentId) -> int:
+        seg = self.segments.get(sid)
+        return seg.size if seg is not None else 0
+
+    def server(self, name: str) -> ServerFacts:
+        return self.servers[name]
+
+    def free_bytes(self, name: str) -> int:
+        return self.servers[name].max_size_bytes - self.used_bytes[name]
+
+    def copies(self, sid: SegmentId, tier: str) -> Copies:
+        loaded, pending = self.loaded_in.get(sid), self.pending_in.get(sid)
+        return Copies(loaded[tier] if loaded else 0, pending[tier] if pending else 0)
+
+    def tiers_with_copies(self, sid: SegmentId) -> set[str]:
+        loaded, pending = self.loaded_in.get(sid), self.pending_in.get(sid)
+        return {t for c in (loaded, pending) if c for t, n in c.items() if n > 0}
+
+    def anywhere(self, sid: SegmentId) -> bool:
+        return bool(self.holders.get(sid)) or bool(self.pending.get(sid))
+
+    def present(self, sid: SegmentId, name: str) -> bool:
+        """Loaded (and not being dropped) or queued to load on the server."""
+        return name in self.holders.get(sid, ()) or sid in self.loading[name]
+
+    def queue_size(self, name: str) -> int:
+        return len(self.loading[name])
+
+    def is_replica(self, sid: SegmentId, tier: str) -> bool:
+        """A load of ``sid`` in ``tier`` is a replica load when the tier already holds a copy."""
+        loaded = self.loaded_in.get(sid)
+        return bool(loaded) and loaded[tier] > 0  # type: ignore[index]
+
+    def projected_segments(self, name: str) -> list[SegmentId]:
+        """The segments the server's cost cache holds (see the module docstring), sorted."""
+        out = {s for s in self.loaded.get(name, ()) if self._pairs[(name, s)].projected}
+        out.update(self.loading.get(name, ()))
+        return sorted(out)
+
+    def cache(self, name: str) -> ServerCostCache:
+        """The server's cost cache of its projected segments: built on first use, then kept current."""
+        cache = self.caches.get(name)
+        if cache is None:
+            cache = ServerCostCache()
+            cache.extend(self.segments[s] for s in self.projected_segments(name))
+            self.caches[name] = cache
+        return cache
+
+    def known_command(self, cid: str) -> bool:
+        """Whether a command with this id was sent or read back: in flight, or settled."""
+        return cid in self.queue or cid in self.settled or self.settled_before(cid)
+
+    def fresh_command_id(self, *content: str) -> str:
+        """The id of the next command of this content: ``n`` is the first count no known command holds."""
+        n = 0
+        while self.known_command(command_id(*content, str(n))):
+            n += 1
+        return command_id(*content, str(n))
+
+    # -- facts: servers --------------------------------------------------------------------------
+    def set_server(self, name: str, facts: ServerFacts) -> None:
+        """Assign a server's facts; its pairs are re-projected when it joins, leaves or changes tier."""
+        old = self.servers.get(name)
+        if old == facts:
+            return
+        self.servers[name] = facts
+        self.dirty.add(("srv", name))
+        was_in = old is not None and old.joined
+        now_in = facts.joined
+        if was_in and (not now_in or old.tier != facts.tier):  # type: ignore[union-attr]
+            self._leave(name)
+        if now_in and (not was_in or old.tier != facts.tier):  # type: ignore[union-attr]
+            self._join(name, facts.tier)
+        self._set_decommissioning(name)
+
+    def set_config_decommissioning(self, names: Iterable[str]) -> None:
+        old, self.config_decommissioning = self.config_decommissioning, frozenset(names)
+        for name in sorted(old ^ self.config_decommissioning):
+            if name in self.tier_of:
+                self._set_decommissioning(name)
+
+    def _set_decommissioning(self, name: str) -> None:
+        if name not in self.tier_of:
+            return
+        facts = self.servers[name]
+        draining = facts.decommissioning or name in self.config_decommissioning
+        tier = self.tier_of[name]
+        if draining and name not in self.decommissioning:
+            self.decommissioning.add(name)
+            self.active[tier] -= 1
+        elif not draining and name in self.decommissioning:
+            self.decommissioning.discard(name)
+            self.active[tier] += 1
+        else:
+            return
+        self.touched_segments.update(self.loaded[name])
+        self.touched_segments.update(self.loading[name])
+
+    def _server_pairs(self, name: str) -> set[SegmentId]:
+        """Every segment a pair of this server can be derived for: held, queued, or named as a move source."""
+        out = set(self.held.get(name, ()))
+        out.update(self.queue[cid].segment for cid in self._by_server.get(name, ()))
+        out.update(self._sourced.get(name, ()))
+        return out
+
+    def _join(self, name: str, tier: str) -> None:
+        self.tier_of[name] = tier
+        names = self.tiers.setdefault(tier, [])
+        names.append(name)
+        names.sort()
+        self.active[tier] += 1
+        self.loaded[name], self.dropping[name], self.loading[name] = set(), set(), {}
+        self.queued[name], self.used_bytes[name] = Counter(), 0
+        for sid in sorted(self._server_pairs(name)):
+            self._refresh(name, sid)
+
+    def _leave(self, name: str) -> None:
+        tier = self.tier_of.pop(name)
+        for sid in sorted(self._server_pairs(name)):
+            self._refresh(name, sid)
+        self.tiers[tier].remove(name)
+        if not self.tiers[tier]:
+            del self.tiers[tier]
+        if name in self.decommissioning:
+            self.decommissioning.discard(name)
+        else:
+            self.active[tier] -= 1
+        if not self.active[tier]:
+            del self.active[tier]
+        for index in (self.loaded, self.dropping, self.loading, self.queued, self.used_bytes, self.caches):
+            index.pop(name, None)
+
+    # -- facts: segments and holdings --------------------------------------------------------------
+    def learn(self, seg: SegmentDescriptor, used: bool | None) -> None:
+        """Know a segment (a publish: ``used=True`` and its descriptor wins; an announce or load: ``None``)."""
+        sid = seg.id
+        new = sid not in self.segments
+        if new or used:
+            self.segments[sid] = seg
+        self.by_text[str(sid)] = sid
+        if used is True and sid not in self.used:
+            self.used.add(sid)
+            self.touched_segments.add(sid)
+        self.dirty.add(("seg", str(sid)))
+        for name in sorted(self._unknown_refs.pop(sid, ())) if new else ():
+            self._refresh(name, sid)
+
+    def mark_unused(self, sid: SegmentId) -> None:
+        if sid in self.used:
+            self.used.discard(sid)
+            self.touched_segments.add(sid)
+            self.dirty.add(("seg", str(sid)))
+
+    def hold(self, name: str, sid: SegmentId, held: bool) -> None:
+        mine = self.held.setdefault(name, set())
+        if (sid in mine) == held:
+            return
+        if held:
+            mine.add(sid)
+        else:
+            mine.discard(sid)
+        self.dirty.add(("held", f"{name}\x00{sid}"))
+        self.dirty.add(("seg", str(sid)))
+        self._note_ref(name, sid)
+        self._refresh(name, sid)
+
+    def forgettable(self, sid: SegmentId) -> bool:
+        """Unused, held by no server (joined or not) and with no command in flight: nothing needs it."""
+        return sid not in self.used and not self.in_flight[sid] and not any(
+            sid in h for h in self.held.values())
+
+    # -- facts: the queue -------------------------------------------------------------------------
+    def enqueue(self, cid: str, item: InFlight) -> None:
+        """Put ``item`` in flight under ``cid`` (replacing an item of the same id)."""
+        old = self._unindex(cid)
+        self.queue[cid] = item
+        self.by_place.setdefault((item.server, item.segment), set()).add(cid)
+        self._by_server.setdefault(item.server, set()).add(cid)
+        self._note_ref(item.server, item.segment)
+        if item.move_id is not None:
+            self.by_move.setdefault(item.move_id, set()).add(cid)
+        self.in_flight[item.segment] += 1
+        self.dirty.add(("q", cid))
+        if old is not None and (old.server, old.segment) != (item.server, item.segment):
+            self._refresh(old.server, old.segment)
+        self._refresh(item.server, item.segment)
+
+    def settle(self, cid: str) -> InFlight | None:
+        """The command is answered (or withdrawn, or timed out): out of flight, its id known for ever."""
+        item = self._unindex(cid)
+        if cid not in self.settled:
+            self.settled.add(cid)
+            self.dirty.add(("ans", cid))
+        self.dirty.add(("q", cid))
+        if item is not None:
+            self._refresh(item.server, item.segment)
+        return item
+
+    def _unindex(self, cid: str) -> InFlight | None:
+        item = self.queue.pop(cid, None)
+        if item is None:
+            return None
+        place = (item.server, item.segment)
+        self.by_place[place].discard(cid)
+        if not self.by_place[place]:
+            del self.by_place[place]
+        mine = self._by_server[item.server]
+        mine.discard(cid)
+        if not mine:
+            del self._by_server[item.server]
+        if item.move_id is not None:
+            self.by_move[item.move_id].discard(cid)
+            if not self.by_move[item.move_id]:
+                del self.by_move[item.move_id]
+        self.in_flight[item.segment] -= 1
+        if not self.in_flight[item.segment]:
+            del self.in_flight[item.segment]
+        return item
+
+    def _note_ref(self, name: str, sid: SegmentId) -> None:
+        if sid not in self.segments:
+            self._unknown_refs.setdefault(sid, set()).add(name)
+
+    def queued_at(self, name: str, sid: SegmentId, action: str | None = None) -> list[str]:
+        """Ids of the commands in flight for ``sid`` on ``name`` (of ``action`` when given), sorted."""
+        return sorted(cid for cid in self.by_place.get((name, sid), ())
+                      if action is None or self.queue[cid].action == action)
+
+    def of_move(self, move_id: str) -> list[str]:
+        """Ids of the commands in flight of one move (its load and drop halves), sorted."""
+        return sorted(self.by_move.get(move_id, ()))
+
+    def settle_matching(self, name: str, sid: SegmentId, action: str) -> None:
+        for cid in self.queued_at(name, sid, action):
+            self.settle(cid)
+
+    # -- the projection ----------------------------------------------------------------------------
+    def _derive(self, name: str, sid: SegmentId) -> _Derived | None:
+        tier = self.tier_of.get(name)
+        seg = self.segments.get(sid)
+        if tier is None or seg is None:
+            return None
+        loaded = sid in self.held.get(name, ())
+        best: tuple[int, str] | None = None
+        for cid in self.by_place.get((name, sid), ()):
+            q = self.queue[cid]
+            if q.action == "drop" and q.move_id is not None:
+                continue  # a move's source half: modelled by the load's ``source``
+            if best is None or (q.sent_at, cid) < best:
+                best = (q.sent_at, cid)
+        item = None
+        if best is not None:
+            q = self.queue[best[1]]
+            action: QueueAction = "load" if q.action == "load" else "drop"
+            item = QueueItem(action, sid, _queue_purpose(q.purpose), q.move_id, q.source)
+        sourced = self._sourced.get(name)
+        move_source = sourced is not None and sourced[sid] > 0
+        if not loaded and item is None and not move_source:
+            return None
+        return _Derived(tier, seg.size, loaded, item, None if best is None else best[1], move_source)
+
+    def _refresh(self, name: str, sid: SegmentId) -> None:
+        """Re-derive one pair and move its contribution in every index (O(1); O(log n) in a built cache)."""
+        key = (name, sid)
+        old = self._pairs.get(key)
+        new = self._derive(name, sid)
+        if old == new:
+            return
+        self.touched_segments.add(sid)
+        cache = self.caches.get(name)
+        if old is not None:
+            self._contribute(name, sid, old, -1)
+            del self._pairs[key]
+        if new is not None:
+            self._pairs[key] = new
+            self._contribute(name, sid, new, +1)
+        if cache is not None:
+            was = old is not None and old.projected
+            now = new is not None and new.projected
+            if was and not now:
+                cache.remove(sid)
+            elif now and not was:
+                cache.add(self.segments[sid])
+
+    def _contribute(self, name: str, sid: SegmentId, d: _Derived, sign: int) -> None:
+        tier = d.tier
+        replica_before = self._replica_part(sid, tier)
+        if d.loaded:
+            _toggle(self.loaded[name], sid, sign)
+            self.used_bytes[name] += sign * d.size
+        if d.dropping:
+            _toggle(self.dropping[name], sid, sign)
+            self.used_bytes[name] -= sign * d.size
+        if d.holder:
+            _toggle(self.holders.setdefault(sid, set()), name, sign)
+            _count(self.loaded_in, sid, tier, sign)
+        if d.move_source:
+            _toggle(self.move_sources.setdefault(sid, set()), name, sign)
+        item = d.item
+        if item is not None and item.action == "load":
+            if sign > 0:
+                self.loading[name][sid] = item
+            else:
+                del self.loading[name][sid]
+            self.queued[name][item.purpose] += sign
+            self.used_bytes[name] += sign * d.size
+            if item.move_id is None:
+                _toggle(self.pending.setdefault(sid, set()), name, sign)
+                _count(self.pending_in, sid, tier, sign)
+        for index in (self.holders, self.pending, self.move_sources):
+            if sid in index and not index[sid]:
+                del index[sid]
+        self.replica_loads[tier] += self._replica_part(sid, tier) - replica_before
+        if item is not None and item.action == "load" and item.move_id is not None and item.source is not None:
+            sourced = self._sourced.setdefault(item.source, Counter())
+            sourced[sid] += sign
+            if not sourced[sid]:
+                del sourced[sid]
+                if not sourced:
+                    del self._sourced[item.source]
+            self._refresh(item.source, sid)  # its move-source flag may have changed
+
+    def _replica_part(self, sid: SegmentId, tier: str) -> int:
+        """Plain queued loads of ``sid`` in ``tier`` that count as replica loads (the tier holds a copy)."""
+        pending = self.pending_in.get(sid)
+        if not pending or not pending[tier] or not self.is_replica(sid, tier):
+            return 0
+        return pending[tier]
+
+
+def _toggle(members: set[str] | set[SegmentId], x: object, sign: int) -> None:
+    if sign > 0:
+        members.add(x)  # type: ignore[arg-type]
+    else:
+        members.discard(x)
+
+
+def _count(index: dict[SegmentId, Counter[str]], sid: SegmentId, tier: str, sign: int) -> None:
+    c = index.setdefault(sid, Counter())
+    c[tier] += sign
+    if not c[tier]:
+        del c[tier]
+    if not c:
+        del index[sid]

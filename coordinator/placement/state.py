@@ -1,0 +1,341 @@
+"""The placement fold: ``evolve(state, event) -> Touched`` over every event that changes placement.
+
+**What each event does** (the one definition; every adapter calls it):
+
+- ``SegmentsPublished``: its segments are known and used (the publish's descriptor wins);
+  ``SegmentsMarkedUnused``: no longer used.
+- ``SegmentAnnounced`` / ``SegmentUnannounced``: the server holds the segment or no longer
+  does; the command it answers is settled: the one named by its causation id (also when
+  that command was not read back yet: its copy is then known as answered and never
+  enters the queue), and every load (announce) or drop (unannounce) in flight for the
+  same server and segment.
+- ``SegmentLoadRefused``: the load it names (and its causation) is settled, and with a
+  move's load the move's drop half (the source keeps its copy).
+- ``LoadSegment`` / ``DropSegment`` read back from ``commands``: in flight, unless already
+  settled; the log's copy wins over one enqueued when the command was decided, keeping
+  the time first sent and any ``source`` learnt. A move's drop half tells its load half
+  the ``source``. ``CancelSegmentLoad``: the load it names (else the server's queued
+  loads of the segment) leaves the queue with its move's drop half, and the cancel is
+  settled (it needs no answer).
+- ``ServerJoined`` (tier, max size; a rejoin keeps what is not given), ``ServerLeft``
+  (out of the projection, its queue settled; what it announced is kept, so a server
+  that comes back holds it again), ``ServerDecommissioned`` / ``ServerRecommissioned``.
+- ``RulesSet``: that data source's rules are replaced, the others' kept; a fresh
+  cluster has Druid's default (``loadForever`` 2 replicas on ``_default_tier``).
+  ``DynamicConfigSet``: merged into the current config (keys not given keep their values).
+- :meth:`PlacementState.expire`: commands sent more than the load timeout ago (event time)
+  are settled.
+
+**Touched** names what changed for planning: the segments whose projection or
+used flag changed, the servers whose facts changed, the data sources whose rules
+changed, and whether the dynamic config changed. ``trigger`` says whether the
+event can change a plan at all.
+
+No clock, no randomness, no unordered iteration in results: the same events in the
+same order give the same state, the same :class:`Touched` and the same command ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from coordinator.placement.projected import Projected, QueueItem, command_id
+from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS, InFlight, ServerFacts
+from coordinator.rules.dynamic_config import DynamicConfig
+from coordinator.rules.ruleset import RuleSet, parse_rules
+from events.cluster import (
+    DynamicConfigSet,
+    RulesSet,
+    SegmentLoadRefused,
+    ServerDecommissioned,
+    ServerJoined,
+    ServerLeft,
+    ServerRecommissioned,
+)
+from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
+from events.envelope import Envelope
+from events.registry import Event
+from events.segment import SegmentDescriptor, SegmentId
+from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
+
+
+@dataclass(slots=True)
+class Touched:
+    """What one or more folded events changed, for planning (see the module docstring)."""
+
+    segments: set[SegmentId] = field(default_factory=set)
+    servers: set[str] = field(default_factory=set)
+    data_sources: set[str] = field(default_factory=set)
+    config: bool = False
+    trigger: bool = False
+    answered_own: bool = False  # an announce/unannounce answering a command in flight (nothing new to plan)
+
+    def merge(self, other: Touched) -> None:
+        self.segments |= other.segments
+        self.servers |= other.servers
+        self.data_sources |= other.data_sources
+        self.config |= other.config
+        if other.trigger:  # answered_own: every triggering event so far answered a command in flight
+            self.answered_own = (self.answered_own or not self.trigger) and other.answered_own
+        self.trigger |= other.trigger
+
+    @property
+    def cluster(self) -> bool:
+        """A server, rule or config change (balancing runs after these)."""
+        return bool(self.servers or self.data_sources or self.config)
+
+
+def command_purpose(event: LoadSegment | DropSegment) -> str:
+    """The queue share a command counts against, from its ``purpose`` (older payloads: its move id)."""
+    purpose = getattr(event, "purpose", None)
+    if isinstance(purpose, str) and purpose:
+        return purpose if purpose in ("decommissioning", "balancing") else "loading"
+    if event.move_id is None:
+        return "loading"
+    return "decommissioning" if event.reason.startswith("draining") else "balancing"
+
+
+class PlacementState(Projected):
+    """The placement fold's state; mutable, folded in place by :meth:`evolve` (see the module docstring)."""
+
+    def __init__(self, load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS) -> None:
+        super().__init__()
+        self.load_timeout_ms = load_timeout_ms
+        self.rules: RuleSet = RuleSet.druid_default()
+        self.rules_json: dict[str, Any] = {}
+        self.config = DynamicConfig()
+        self.config_json: dict[str, Any] = {}
+        self.start: int | None = None  # the earliest event time applied (the coordinator's start)
+        self.last_event_at = 0
+
+    # -- the fold ---------------------------------------------------------------------------------
+    def evolve(self, env: Envelope[Event]) -> Touched:
+        """Fold one event (see the module docstring). Raises ValueError on rules or config that do not parse."""
+        self.start = env.occurred_at if self.start is None else min(self.start, env.occurred_at)
+        self.last_event_at = max(self.last_event_at, env.occurred_at)
+        self.touched_segments = set()
+        touched = Touched()
+        self._evolve(env, touched)
+        touched.segments |= self.touched_segments
+        self.touched_segments = set()
+        self._forget(touched.segments)
+        return touched
+
+    def evolve_all(self, envelopes: Iterable[Envelope[Event]]) -> Touched:
+        out = Touched()
+        for env in envelopes:
+            out.merge(self.evolve(env))
+        return out
+
+    def _evolve(self, env: Envelope[Event], t: Touched) -> None:
+        event, cause = env.event, env.causation_id
+        if isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad):
+            self._command(env, t)
+        elif isinstance(event, SegmentsPublished):
+            for seg in event.segments:
+                self.learn(seg, True)
+            t.trigger = True
+        elif isinstance(event, SegmentsMarkedUnused):
+            for text in event.segment_ids:
+                sid = self.by_text.get(text)
+                if sid is not None:
+                    self.mark_unused(sid)
+            t.trigger = True
+        elif isinstance(event, SegmentAnnounced):
+            sid = event.segment.id
+            self.learn(event.segment, None)
+            expected = (cause is not None and cause in self.queue) or bool(self.queued_at(event.server, sid, "load"))
+            if cause is not None:
+                self.settle(cause)
+            self.hold(event.server, sid, True)
+            self.settle_matching(event.server, sid, "load")
+            t.trigger, t.answered_own = True, expected
+        elif isinstance(event, SegmentUnannounced):
+            found = self.by_text.get(event.segment_id)
+            expected = (cause is not None and cause in self.queue) or (
+                found is not None and bool(self.queued_at(event.server, found, "drop")))
+            if cause is not None:
+                self.settle(cause)
+            if found is not None:
+                self.hold(event.server, found, False)
+                self.settle_matching(event.server, found, "drop")
+            t.trigger, t.answered_own = True, expected
+        elif isinstance(event, SegmentLoadRefused):
+            self.settle(event.command_id)
+            if cause is not None:
+                self.settle(cause)
+            if event.move_id is not None:  # the source keeps its copy: the drop half is abandoned
+                for cid in self.of_move(event.move_id):
+                    self.settle(cid)
+            t.trigger = True
+        elif isinstance(event, ServerJoined):
+            old = self.servers.get(event.server) or ServerFacts()
+            self._server(event.server, ServerFacts(
+                event.tier or old.tier, event.max_size_bytes if event.max_size_bytes is not None else
+                old.max_size_bytes, old.decommissioning, True), t)
+        elif isinstance(event, ServerLeft):
+            left = self.servers.get(event.server)
+            if left is not None:
+                self._server(event.server, replace(left, joined=False), t)
+            for cid in sorted(self._by_server.get(event.server, ())):
+                self.settle(cid)  # a removed server's queue vanishes with it
+            t.servers.add(event.server)
+            t.trigger = True
+        elif isinstance(event, ServerDecommissioned | ServerRecommissioned):
+            old = self.servers.get(event.server) or ServerFacts(joined=False)
+            self._server(event.server, replace(old, decommissioning=isinstance(event, ServerDecommissioned)), t)
+        elif isinstance(event, RulesSet):
+            self.set_rules(event.data_source, [dict(r) for r in event.rules], f"payload.rules[{event.data_source}]")
+            t.data_sources.add(event.data_source)
+            t.trigger = True
+        elif isinstance(event, DynamicConfigSet):
+            self.set_config(dict(event.config))
+            t.config = t.trigger = True
+
+    def _server(self, name: str, facts: ServerFacts, t: Touched) -> None:
+        self.set_server(name, facts)
+        t.servers.add(name)
+        t.trigger = True
+
+    def set_rules(self, data_source: str, raw: list[dict[str, Any]], path: str) -> None:
+        """Replace one data source's rules (``_default``: the default chain); the others are kept."""
+        self.rules = self.rules.with_rules(data_source, parse_rules(raw, path))
+        self.rules_json[data_source] = raw
+        self.dirty.add(("rules", data_source))
+
+    def set_config(self, update: dict[str, Any]) -> None:
+        """Merge a dynamic-config update into the current config (Druid's POST semantics)."""
+        self.config = self.config.updated(update)
+        self.config_json.update(update)
+        self.dirty.add(("config", ""))
+        self.set_config_decommissioning(self.config.decommissioning_nodes)
+
+    def _command(self, env: Envelope[Event], t: Touched) -> None:
+        event = env.event
+        if isinstance(event, CancelSegmentLoad):
+            sid = self.by_text.get(event.segment_id)
+            if event.cancels is not None or sid is not None:
+                self.cancelled(env.event_id, event.server, sid, event.cancels)
+            else:
+                self.settle(env.event_id)
+            return
+        assert isinstance(event, LoadSegment | DropSegment)
+        if env.event_id in self.settled or self.settled_before(env.event_id):
+            return  # answered before we read it back
+        if isinstance(event, LoadSegment):
+            self.learn(event.segment, None)
+            source = None
+            if event.move_id is not None:
+                source = next((self.queue[c].source for c in self.of_move(event.move_id) if self.queue[c].source),
+                              None)
+            item = InFlight(event.server, "load", event.segment.id, env.occurred_at, event.move_id, source,
+                            command_purpose(event))
+        else:
+            found = self.by_text.get(event.segment_id)
+            if found is None:
+                return
+            item = InFlight(event.server, "drop", found, env.occurred_at, event.move_id, None, command_purpose(event))
+            if event.move_id is not None:  # tell the load half where it moves from
+                for cid in self.of_move(event.move_id):
+                    q = self.queue[cid]
+                    if q.action == "load" and q.source is None:
+                        self.enqueue(cid, replace(q, source=event.server))
+        known = self.queue.get(env.event_id)
+        if known is not None:
+            item = replace(item, sent_at=known.sent_at, source=item.source or known.source)
+            if item == known:
+                return  # our own command read back: nothing new
+        self.enqueue(env.event_id, item)
+        t.trigger = True
+
+    def cancelled(self, cancel_id: str, name: str, sid: SegmentId | None, cancels: str | None) -> None:
+        """A cancel is out of the queues at once: the load it names (else the server's queued loads of the
+        segment), a move's drop half with it, and the cancel itself (it needs no answer)."""
+        targets = [cancels] if cancels is not None else (self.queued_at(name, sid, "load") if sid is not None else [])
+        for cid in targets:
+            item = self.settle(cid)
+            if item is not None and item.move_id is not None:
+                for other in self.of_move(item.move_id):
+                    if self.queue[other].action == "drop":
+                        self.settle(other)
+        self.settle(cancel_id)
+
+    def expire(self, now: int) -> Touched:
+        """Settle the commands sent more than ``load_timeout_ms`` before ``now``: no longer in flight."""
+        self.touched_segments = set()
+        for cid, item in sorted(self.queue.items()):
+            if now - item.sent_at > self.load_timeout_ms:
+                self.settle(cid)
+        touched = Touched(segments=self.touched_segments, trigger=bool(self.touched_segments))
+        self.touched_segments = set()
+        return touched
+
+    def _forget(self, sids: Iterable[SegmentId]) -> None:
+        """Segments nothing needs any more leave memory (the store deletes them)."""
+        for sid in sorted(sids):
+            if sid in self.segments and self.forgettable(sid):
+                del self.segments[sid]
+                self.dirty.add(("seg", str(sid)))
+
+    # -- decisions, folded as the commands they become ---------------------------------------------
+    def plan_load(self, name: str, sid: SegmentId, purpose: str, now: int, source: str | None = None) -> str:
+        """Queue a load (a move's load half when ``source`` is given, with its drop half on the source).
+        Returns the load's command id, which is also the move id of a move."""
+        text = str(sid)
+        if source is None:
+            cid = self.fresh_command_id("load", name, text)
+            self.enqueue(cid, InFlight(name, "load", sid, now, None, None, purpose))
+            return cid
+        cid = self.fresh_command_id("move", name, source, text)
+        self.enqueue(cid, InFlight(name, "load", sid, now, cid, source, purpose))
+        self.enqueue(command_id("move-drop", cid), InFlight(source, "drop", sid, now, cid, None, purpose))
+        return cid
+
+    def plan_drop(self, name: str, sid: SegmentId, now: int) -> str:
+        cid = self.fresh_command_id("drop", name, str(sid))
+        self.enqueue(cid, InFlight(name, "drop", sid, now, None, None, "unloading"))
+        return cid
+
+    def plan_cancel(self, name: str, sid: SegmentId) -> tuple[str, str | None, QueueItem]:
+        """Withdraw the server's queued load of ``sid`` (the one the projection shows): (cancel id, the id of the
+        load it cancels, the withdrawn item)."""
+        item = self.loading[name][sid]
+        loads = sorted((self.queue[c].sent_at, c) for c in self.queued_at(name, sid, "load"))
+        cancels = loads[0][1] if loads else None
+        cancel_id = command_id("cancel", cancels) if cancels is not None else \
+            self.fresh_command_id("cancel", name, str(sid))
+        self.cancelled(cancel_id, name, sid, cancels)
+        return cancel_id, cancels, item
+
+    # -- building ---------------------------------------------------------------------------------
+    @staticmethod
+    def build(servers: Iterable[tuple[str, ServerFacts, Iterable[SegmentId], Iterable[QueueItem]]],
+              segments: Iterable[SegmentDescriptor], used: Iterable[SegmentId], rules: RuleSet,
+              config: DynamicConfig, now: int) -> PlacementState:
+        """A state holding a snapshot: servers with what they hold and their queues (items sent at ``now``,
+        in the order given; a move's drop half is added on its source), segments, used ids, rules, config."""
+        st = PlacementState()
+        st.rules, st.config = rules, config
+        st.config_decommissioning = frozenset(config.decommissioning_nodes)
+        for seg in segments:
+            st.learn(seg, None)
+        for sid in used:
+            st.used.add(sid)
+        queued: list[tuple[str, QueueItem]] = []
+        for name, facts, loaded, queue in servers:
+            st.set_server(name, facts)
+            for sid in loaded:
+                st.hold(name, sid, True)
+            queued.extend((name, q) for q in queue)
+        for n, (name, q) in enumerate(queued):
+            cid = f"queued-{n:08d}"
+            move_id = q.move_id
+            st.enqueue(cid, InFlight(name, q.action, q.segment, now, move_id, q.source, q.purpose))
+            if q.action == "load" and move_id is not None and q.source is not None:
+                st.enqueue(f"{cid}-drop", InFlight(q.source, "drop", q.segment, now, move_id, None, q.purpose))
+        st.touched_segments = set()
+        st.dirty = set()
+        st.settled = set()
+        return st
