@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from coordinator.balancer.cost_cache import ServerCostCache
 from coordinator.placement.records import InFlight, ServerFacts
@@ -471,7 +471,8 @@ class Projected:
             if sid in index and not index[sid]:
                 del index[sid]
         self.replica_loads[tier] += self._replica_part(sid, tier) - replica_before
-        if item is not None and item.action == "load" and item.move_id is not None and item.source is not None:
+        if item is not None and item.action == "load" and item.move_id is not None and item.source is not None \
+                and item.source != name:  # a move onto its own source moves nothing
             sourced = self._sourced.setdefault(item.source, Counter())
             sourced[sid] += sign
             if not sourced[sid]:
@@ -502,3 +503,31 @@ def _count(index: dict[SegmentId, Counter[str]], sid: SegmentId, tier: str, sign
         del c[tier]
     if not c:
         del index[sid]
+
+
+def snapshot(p: Projected) -> dict[str, object]:
+    """Facts and every derived index in a plain, comparable form (for tests: incremental == rebuilt)."""
+
+    def sets(d: Mapping[Any, Collection[Any]]) -> dict[str, list[str]]:
+        return {str(k): sorted(str(x) for x in v) for k, v in sorted(d.items(), key=lambda kv: str(kv[0])) if v}
+
+    def counters(d: dict[SegmentId, Counter[str]]) -> dict[str, dict[str, int]]:
+        return {str(k): dict(sorted((t, n) for t, n in v.items() if n)) for k, v in d.items() if +v}
+
+    return {
+        "segments": sorted(str(s) for s in p.segments), "used": sorted(str(s) for s in p.used),
+        "servers": {n: f.to_json() for n, f in sorted(p.servers.items())},
+        "held": sets({n: h for n, h in p.held.items()}),
+        "queue": {c: i.to_json() for c, i in sorted(p.queue.items())},
+        "tier_of": dict(sorted(p.tier_of.items())), "tiers": dict(sorted(p.tiers.items())),
+        "decommissioning": sorted(p.decommissioning), "active": {t: n for t, n in sorted(p.active.items()) if n},
+        "loaded": sets(p.loaded), "dropping": sets(p.dropping),
+        "loading": {n: {str(s): q for s, q in sorted(v.items())} for n, v in sorted(p.loading.items()) if v},
+        "queued": {n: {k: c for k, c in sorted(v.items()) if c} for n, v in sorted(p.queued.items())},
+        "used_bytes": dict(sorted(p.used_bytes.items())),
+        "holders": sets(p.holders), "pending": sets(p.pending), "move_sources": sets(p.move_sources),
+        "loaded_in": counters(p.loaded_in), "pending_in": counters(p.pending_in),
+        "replica_loads": {t: n for t, n in sorted(p.replica_loads.items()) if n},
+        "caches": {n: sorted(str(s) for s in c.segment_ids()) for n, c in sorted(p.caches.items())},
+        "projected": {n: [str(s) for s in p.projected_segments(n)] for n in sorted(p.caches)},
+    }
