@@ -108,12 +108,12 @@ def end_offset(bootstrap: str, topic: str) -> int:
 
 
 class Worker:
-    def __init__(self, bootstrap: str, topics: Topics, state: Path, log: Path) -> None:
+    def __init__(self, bootstrap: str, topics: Topics, state: Path, log: Path, planner: str = "incremental") -> None:
         self.log = log
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix, "--state-dir",
-                 str(state)], stdout=out, stderr=subprocess.STDOUT)
+                 str(state), "--planner", planner], stdout=out, stderr=subprocess.STDOUT)
         self.started = time.perf_counter()
 
     def stop(self) -> None:
@@ -233,6 +233,7 @@ def latency(bootstrap: str, topics: Topics, paced: int, rate: float) -> None:
     inside = sorted((emitted[k] - sent_at[k]) * 1000 for k in sent_at if k in emitted)
     print(f"  of which produce -> worker's output produced: p50 {statistics.median(inside):.1f} ms, "
           f"p99 {inside[min(len(inside) - 1, int(len(inside) * 0.99))]:.1f} ms")
+    return p99
 
 
 class Historicals:
@@ -300,7 +301,8 @@ def await_lock_version(bootstrap: str, topics: Topics, request_id: str, timeout:
     raise SystemExit(f"no LockGranted for {request_id} within {timeout:.0f}s")
 
 
-def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, paced: int, rate: float) -> None:
+def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, paced: int, rate: float,
+                      planner: str = "incremental") -> float | None:
     """Publish request -> LoadSegment latency, on a cluster of ``servers`` holding ``preload`` segments.
 
     A task locks ten years of one dataSource; ``preload`` hourly segments are published (in requests of 500) and
@@ -310,7 +312,7 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
     -> SegmentsPublished -> planner agent -> LoadSegment)."""
     topics = Topics(f"bench{uuid.uuid4().hex[:8]}.")
     create_topics(bootstrap, topics, partitions=1)
-    worker = Worker(bootstrap, topics, work / "state-placement", work / "placement.log")
+    worker = Worker(bootstrap, topics, work / f"state-placement-{planner}", work / f"placement-{planner}.log", planner)
     hist = Historicals(bootstrap, topics)
     producer = EventProducer(bootstrap, topics, extra={"linger.ms": 0})
     try:
@@ -378,10 +380,11 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
     lat = sorted((hist.loads_read[k] - sent_at[k]) * 1000 for k in sent_at if k in hist.loads_read)
     if not lat:
         print(f"placement latency: no LoadSegment observed ({hist.loads} loads in all); see {worker.log}")
-        return
+        return None
     inside = sorted((hist.loads_created[k] - sent_at[k]) * 1000 for k in sent_at if k in hist.loads_created)
     p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-    print(f"placement latency, publish request -> LoadSegment read ({len(lat)}/{len(sent_at)} at {rate:.0f}/s, "
+    print(f"[{planner} planner] placement latency, publish request -> LoadSegment read "
+          f"({len(lat)}/{len(sent_at)} at {rate:.0f}/s, "
           f"{servers} servers, {preload} segments): p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms; "
           f"p99 / 60 s Druid poll = {p99 / 60_000:.5f}")
     print(f"  of which request -> worker's LoadSegment produced: p50 {statistics.median(inside):.1f} ms, "
@@ -419,7 +422,11 @@ def main() -> None:
                 latency(bootstrap, tl_topics, args.paced, args.rate)
                 tl_worker.stop()
             if args.only in (None, "placement"):
-                placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate)
+                base = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate, "full")
+                p99 = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate)
+                if base and p99:
+                    print(f"placement p99: incremental / full-plan baseline = {p99 / base:.4f} "
+                          f"({p99:.1f} ms vs {base:.1f} ms)")
             if args.only in (None, "lockbox"):
                 lb_worker, _ = throughput(bootstrap, work, LOCK_REQUESTS, LOCKS, request_events(args.requests),
                                           fold_lockbox, "lockbox")

@@ -315,7 +315,7 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"balancing stages to it", flush=True)
     try:
         return run_service(bootstrap, topics, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
-                           balancing=args.balancer == "planner")
+                           balancing=args.balancer == "planner", incremental=args.planner == "incremental")
     except StateStoreError as e:
         raise CliError(f"--state-dir: {e}") from None
     finally:
@@ -447,6 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", default="warn", choices=("crit", "error", "warn", "info", "debug"))
     run.add_argument("--plan-every", type=float, default=5.0, metavar="SECONDS",
                      help="the planner's timer period; it also plans at once on every relevant event (default 5)")
+    run.add_argument("--planner", choices=("incremental", "full"), default="incremental",
+                     help="incremental (default): an event plans the segments it touched, a timer run balances and "
+                          "looks at everything every 15 min; full: every run looks at every segment (the reference)")
     run.add_argument("--balancer", choices=("planner", "spark", "external"), default="planner",
                      help="who makes the balancing moves: the planner agent (default); 'spark' starts the Spark "
                           "balancer beside the service and the planner skips its balancing stages; 'external': "

@@ -256,7 +256,7 @@ def _exit_after_grace(signal_name: str) -> None:
 
 
 def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: str = "warn",
-                plan_every_s: float = PLAN_EVERY_S, balancing: bool = True) -> int:
+                plan_every_s: float = PLAN_EVERY_S, balancing: bool = True, incremental: bool = True) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out."""
     import faust
 
@@ -282,12 +282,13 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         print(f"lockbox agent: {lockbox.counters_restored} requests restored, resuming from "
               f"{_resume_text(lockbox.next_offsets())}"
               f"{' (store wiped: older format)' if lb_store.wiped else ''}", flush=True)
-        planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing)
+        planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental)
         print(f"planner agent: {len(planner.state.servers)} servers, {len(planner.state.used)} used segments, "
               f"{len(planner.state.queue)} commands in flight restored; resuming from "
               f"{_resume_text(planner.next_offsets())}"
               f"{' (store wiped: older format)' if pl_store.wiped else ''}, planning every {plan_every_s:g}s"
-              f"{'' if balancing else ', balancing left to the Spark balancer'}",
+              f"{'' if balancing else ', balancing left to the Spark balancer'}"
+              f"{'' if incremental else ', full runs only'}",
               flush=True)
         sys.setswitchinterval(PLANNER_GIL_SLICE_S)
         heap = FrozenHeap()

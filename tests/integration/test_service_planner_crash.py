@@ -141,8 +141,8 @@ def store_contents(path: Path) -> dict[bytes, bytes]:
     with AgentStateStore(path, FORMAT_VERSION) as store:
         assert not store.wiped
         out = dict(store.scan_raw(b""))
-    meta = orjson.loads(out.pop(b"data/meta"))
-    out[b"data/meta"] = orjson.dumps({k: v for k, v in meta.items() if k != "runs"})
+    meta = orjson.loads(out.pop(b"data/meta/"))
+    out[b"data/meta/"] = orjson.dumps({k: v for k, v in meta.items() if k != "runs"})
     return out
 
 

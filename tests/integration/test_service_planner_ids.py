@@ -86,8 +86,8 @@ def stored(path: Path) -> dict[bytes, bytes]:
         out = dict(store.scan_raw(b""))
     import orjson
 
-    meta = orjson.loads(out.pop(b"data/meta"))
-    out[b"data/meta"] = orjson.dumps({k: v for k, v in meta.items() if k != "runs"})
+    meta = orjson.loads(out.pop(b"data/meta/"))
+    out[b"data/meta/"] = orjson.dumps({k: v for k, v in meta.items() if k != "runs"})
     return out
 
 
