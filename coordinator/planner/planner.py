@@ -137,6 +137,7 @@ class _Run:
         self.visited: dict[str, set[SegmentId]] = {}
         self.compute_cost = compute_cost
         self.targets: dict[SegmentId, _Target] = {}
+        self._outside: dict[SegmentId, _Target] = {}  # targets of segments outside a run's scope, when needed
         self.satisfied: set[SegmentId] = set()
         self.deferred: set[SegmentId] = set()
         self._candidates: dict[str, list[SegmentId]] = {}
@@ -145,6 +146,15 @@ class _Run:
         planned = state.used if scope is None else scope & state.used
         for sid in sorted(planned, key=_ID):
             self.targets[sid] = self.target(sid)
+
+    def target_of(self, sid: SegmentId) -> _Target:
+        """The rule's target for any used segment (scoped runs compute those outside the scope on demand)."""
+        known = self.targets.get(sid)
+        if known is None:
+            known = self._outside.get(sid)
+            if known is None:
+                known = self._outside[sid] = self.target(sid)
+        return known
 
     def target(self, sid: SegmentId) -> _Target:
         seg = self.p.segments[sid]
@@ -309,7 +319,9 @@ class _Run:
         if cached is not None:
             return cached
         out = []
-        for sid, target in self.targets.items():
+        everything = self.targets.items() if self.scope is None else (
+            (sid, self.target_of(sid)) for sid in sorted(self.p.used, key=_ID))
+        for sid, target in everything:
             if target.kind != "load" or target.replicants.get(tier, 0) <= 0:
                 continue
             if any(self.p.tier_of[n] == tier and n not in self.p.decommissioning
@@ -323,7 +335,7 @@ class _Run:
         """'moved', 'stay' or 'full' (a cheaper server exists but its queue is full)."""
         seg = self.p.segment(sid)
         active = [n for n in self.p.tiers[tier] if n not in self.p.decommissioning]
-        best = num_best_servers(self.targets[sid].replicants.get(tier, 1), len(active), self.log_base)
+        best = num_best_servers(self.target_of(sid).replicants.get(tier, 1), len(active), self.log_base)
         holders = sorted(n for n in self.p.holders.get(sid, ()) if self.p.tier_of[n] == tier
                          and n not in self.p.decommissioning and n not in self.p.move_sources.get(sid, ()))
         if not holders or self.p.pending.get(sid):
@@ -479,7 +491,7 @@ class _Run:
             for seg in segments:
                 sid = seg.id
                 servers = sorted(self.p.holders.get(sid, ()))
-                target = self.targets.get(sid) or self.target(sid)
+                target = self.target_of(sid)
                 if not servers and target is not None and target.kind == "load" and target.total == 0:
                     servers = ["(needs no replicas)"]
                 if servers:
