@@ -49,7 +49,9 @@ def main() -> None:
     view = ClusterView(parse_instant("2026-01-01"), servers, segments, frozenset(ids), rules, DynamicConfig())
     setup = time.perf_counter() - t0
     t0 = time.perf_counter()
-    run = _Run(view, compute_cost=False)
+    state = view.placement()
+    placement_s = time.perf_counter() - t0
+    run = _Run(state, now=view.now, run=view.run, start=view.coordinator_start, compute_cost=False)
     for name in sorted(servers):
         run.p.cache(name)
     caches = time.perf_counter() - t0
@@ -61,7 +63,8 @@ def main() -> None:
     loads = sum(1 for c in result.commands if c.type == "load")
     moves = sum(1 for c in result.commands if c.type == "move")
     print(f"{len(servers)} live servers ({len(dead)} died), {len(ids):,} segments x 2 tiers, one replica each")
-    print(f"  setup {setup:6.1f} s   cost caches {caches:6.1f} s (built once, kept by a long-lived planner)")
+    print(f"  setup {setup:6.1f} s   placement state {placement_s:6.1f} s   cost caches {caches - placement_s:6.1f} s "
+          f"(both built once and kept current by the planner agent)")
     print(f"  planning run {planning:6.2f} s: {decisions:,} decisions ({loads:,} loads, {moves:,} moves), "
           f"{decisions / planning:,.0f} decisions/s   target < 10 s: {'met' if planning < 10 else 'missed'}")
     print(f"  with the cache build: {planning + caches:6.1f} s")

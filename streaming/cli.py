@@ -208,7 +208,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except orjson.JSONDecodeError as e:
         raise CliError(f"{path}: not JSON: {e}") from None
     try:
-        reports = Simulator(Scenario.parse(doc)).run(compute_cost=not args.no_cost)
+        reports = Simulator(Scenario.parse(doc)).run(compute_cost=not args.no_cost, planner=args.planner)
     except ScenarioError as e:
         raise CliError(f"{path}: {e}") from None
     if args.json:
@@ -533,7 +533,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("scenario", metavar="SCENARIO.json")
     sim.add_argument("--json", action="store_true", help='one JSON document: {"runs": [...]}')
     sim.add_argument("--no-cost", action="store_true", help="skip the total-cost metrics (slow on big clusters)")
-    sim.set_defaults(func=cmd_simulate)
+    mode = sim.add_mutually_exclusive_group()
+    mode.add_argument("--incremental", dest="planner", action="store_const", const="incremental",
+                      help="plan each run only the segments that changed, as the planner agent does (default)")
+    mode.add_argument("--full", dest="planner", action="store_const", const="full",
+                      help="every run looks at every segment (the reference)")
+    sim.set_defaults(func=cmd_simulate, planner="incremental")
 
     rep = sub.add_parser("replay", help="rebuild timeline, locks and placement from the topics as of a point")
     rep.add_argument("--until", metavar="TIME|TOPIC:PARTITION:OFFSET", help="stop there (default: the end)")

@@ -52,6 +52,7 @@ from coordinator.planner.cost_shelf import CostCacheShelf
 from coordinator.timeline.timeline import Timeline
 from events.segment import SegmentDescriptor, SegmentId
 
+FULL_RUN_EVERY_MS = 15 * 60_000  # an incremental planner looks at every segment at least this often (event time)
 CommandType = Literal["load", "drop", "move", "cancel"]
 _ID = operator.attrgetter("sort_key")  # segment ids in their own order, compared as plain tuples
 

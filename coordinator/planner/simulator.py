@@ -29,7 +29,7 @@ import numpy as np
 
 from coordinator.planner.cluster import ClusterView, Purpose, QueueItem, Server, ServerState
 from coordinator.planner.cost_shelf import CostCacheShelf
-from coordinator.planner.planner import Plan, plan
+from coordinator.planner.planner import FULL_RUN_EVERY_MS, Plan, plan, plan_state
 from coordinator.rules.dynamic_config import DynamicConfig
 from coordinator.rules.ruleset import RuleSet
 from events.instant import format_instant, parse_instant
@@ -421,15 +421,40 @@ class Simulator:
         node.loaded.add(sid)
         return True
 
-    def run(self, compute_cost: bool = True, shelf: CostCacheShelf | None = None) -> list[RunReport]:
-        """Every run of the scenario; with ``shelf`` the cost caches live across runs (same reports)."""
+    def run(self, compute_cost: bool = True, shelf: CostCacheShelf | None = None,
+            planner: str = "full") -> list[RunReport]:
+        """Every run of the scenario; with ``shelf`` the cost caches live across runs (same reports).
+
+        ``planner="incremental"`` plans each run like the planner agent does: a run after a server, rule,
+        config or clock change looks at every segment; any other run only at the segments whose placement or
+        used flag changed since the last run (loads completed, publishes, marks) plus those earlier runs left
+        short (``Plan.deferred``), and every ``FULL_RUN_EVERY_MS`` of scenario time at every segment (period
+        rules move segments as time passes). Both planners end every scenario in the same state (a test checks it)."""
+        if planner not in ("full", "incremental"):
+            raise ScenarioError(f"planner: 'full' or 'incremental', got {planner!r}")
         reports = []
+        before: dict[SegmentId, tuple[object, ...]] | None = None
+        deferred: set[SegmentId] = set()
+        last_full = self.now
         for run in range(1, self.scenario.runs + 1):
+            cluster_change = False
             for e in self.scenario.events:
                 if e.before_run == run:
                     self.apply_event(e)
-            result = plan(self.view(run), compute_cost, shelf=shelf)
+                    cluster_change |= e.type not in ("publish", "mark_unused", "complete_queues")
+            view = self.view(run)
+            now_sig = self._signatures()
+            if planner == "full" or before is None or cluster_change or self.now - last_full >= FULL_RUN_EVERY_MS:
+                result = plan(view, compute_cost, shelf=shelf)
+                last_full = self.now
+            else:
+                touched = {sid for sid in now_sig.keys() | before.keys() if now_sig.get(sid) != before.get(sid)}
+                state = view.placement()
+                result = plan_state(state, view.now, run, view.coordinator_start, compute_cost,
+                                    scope=touched | deferred, mark_overshadowed=True)
+            deferred = set(result.deferred) | {sid for sid, _ in result.mark_unused}
             self.enqueue(result)
+            before = self._signatures()  # what the planner knows: its own commands queued; completions are news
             if self.scenario.load_completion == "between_runs":
                 self.complete(self.now + self.scenario.period_millis)
             servers = {n: (node.server, tuple(sorted(node.loaded)), tuple(node.queue))
@@ -437,3 +462,16 @@ class Simulator:
             reports.append(RunReport(run, self.now, result, servers, dict(self.used)))
             self.now += self.scenario.period_millis
         return reports
+
+    def _signatures(self) -> dict[SegmentId, tuple[object, ...]]:
+        """Per segment: where it is loaded and queued, and whether it is used (what a planning run reads of it)."""
+        out: dict[SegmentId, list[object]] = {}
+        for name in sorted(self.nodes):
+            node = self.nodes[name]
+            for sid in node.loaded:
+                out.setdefault(sid, []).append(("loaded", name))
+            for q in node.queue:
+                out.setdefault(q.segment, []).append(("queued", name, q))
+        for sid, used in self.used.items():
+            out.setdefault(sid, []).append(("used", used))
+        return {sid: tuple(sorted(v, key=repr)) for sid, v in out.items()}

@@ -114,7 +114,7 @@ from coordinator.placement import codec
 from coordinator.placement.projected import command_id
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS
 from coordinator.placement.state import PlacementState, Touched
-from coordinator.planner.planner import Plan, PlanCommand, plan_state
+from coordinator.planner.planner import FULL_RUN_EVERY_MS, Plan, PlanCommand, plan_state
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.envelope import Envelope
 from events.ids import derived_event_id
@@ -128,7 +128,6 @@ from streaming.service.state import AgentStateStore, StoreBatch
 FORMAT_VERSION = "planner-agent/2"  # entries of coordinator.placement.codec (v1 kept its own fold's keys)
 STORE_NAME = "planner"
 FAULT_ENV = "SEGCOORD_PLANNER_FAULT"  # crash tests only: see _fault_point
-FULL_RUN_EVERY_MS = DEFAULT_LOAD_TIMEOUT_MS  # a timer run looks at every segment at least this often
 __all__ = ["FORMAT_VERSION", "STORE_NAME", "PlannerAgent", "command_id", "load_state"]
 
 

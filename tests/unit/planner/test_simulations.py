@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +24,12 @@ def hourly(source: str, count: int, start: str = "2026-05-01", size: int = 1000)
 
 
 def run(doc: dict[str, Any]) -> list[RunReport]:
-    return Simulator(Scenario.parse(doc)).run()
+    """The full planner's reports; every scenario also runs with the incremental planner, which must end it in the
+    same state (placement and used flags)."""
+    full = Simulator(Scenario.parse(doc)).run(planner="full")
+    incremental = Simulator(Scenario.parse(doc)).run(planner="incremental")
+    assert _end_state(incremental) == _end_state(full), "the incremental planner ends the scenario differently"
+    return full
 
 
 def loaded_counts(report: RunReport) -> Counter[str]:
@@ -338,3 +345,22 @@ def test_cost_caches_kept_across_runs_plan_exactly_as_fresh_ones() -> None:
         if isinstance(cost_a, float) and isinstance(cost_b, float):
             assert abs(cost_a - cost_b) <= 1e-9 * max(1.0, abs(cost_a))
     assert shelf.added > 0 and shelf.built == 6  # each server's cache built once, then reconciled
+
+
+def _end_state(reports: list) -> tuple:  # type: ignore[type-arg]
+    last = reports[-1]
+    return ({n: (srv, loaded) for n, (srv, loaded, _q) in sorted(last.servers.items())},
+            sorted(last.used.items()))
+
+
+def test_both_planners_end_every_example_scenario_in_the_same_state() -> None:
+    """The incremental planner (scoped runs) and the full reference end the shipped scenario alike, and also
+    a long run of it with queues completed: every segment at its replica count, the same placement."""
+    root = Path(__file__).resolve().parents[3]
+    doc = json.loads((root / "examples" / "cluster-scenario.json").read_text())
+    full = Simulator(Scenario.parse(doc)).run(planner="full")
+    incremental = Simulator(Scenario.parse(doc)).run(planner="incremental")
+    assert _end_state(incremental) == _end_state(full)
+    longer = {**doc, "runs": doc.get("runs", 10) + 20}
+    assert _end_state(Simulator(Scenario.parse(longer)).run(planner="incremental")) == _end_state(
+        Simulator(Scenario.parse(longer)).run(planner="full"))
