@@ -1,0 +1,71 @@
+"""The incremental planner over random clusters: at quiescence a full plan has nothing left to do, every
+segment is at its replica count, and queue limits hold at every step."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coordinator.planner.planner import plan
+from coordinator.planner.simulator import Scenario, Simulator
+
+EXAMPLES = int(os.environ.get("PLACEMENT_EXAMPLES", "60"))
+TIERS = ["_default_tier", "hot"]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    n = draw(st.integers(1, 5))
+    servers = [{"name": f"h{i}", "tier": draw(st.sampled_from(TIERS)), "maxSizeBytes": 10**9} for i in range(n)]
+    replicants = {t: draw(st.integers(0, 2)) for t in TIERS}
+    events: list[dict[str, Any]] = []
+    for run in range(2, 6):
+        kind = draw(st.sampled_from(["none", "add", "publish", "unused", "decommission", "queue_limit"]))
+        if kind == "add":
+            events.append({"beforeRun": run, "type": "add_server",
+                           "server": {"name": f"new{run}", "tier": draw(st.sampled_from(TIERS)),
+                                      "maxSizeBytes": 10**9}})
+        elif kind == "publish":
+            events.append({"beforeRun": run, "type": "publish",
+                           "segments": [{"dataSource": "late", "start": "2026-05-03", "count": draw(st.integers(1, 6)),
+                                         "granularity": "PT1H", "sizeBytes": 1000}]})
+        elif kind == "unused":
+            events.append({"beforeRun": run, "type": "mark_unused",
+                           "segments": ["wiki_2026-05-01T00:00:00.000Z_2026-05-01T01:00:00.000Z_v1"]})
+        elif kind == "decommission" and n > 1:
+            events.append({"beforeRun": run, "type": "decommission", "name": "h0"})
+        elif kind == "queue_limit":
+            events.append({"beforeRun": run, "type": "set_dynamic_config",
+                           "dynamicConfig": {"smartSegmentLoading": False, "maxSegmentsInNodeLoadingQueue": 2,
+                                             "replicationThrottleLimit": 3}})
+    return {"now": "2026-06-01T00:00:00Z", "servers": servers,
+            "segments": [{"dataSource": "wiki", "start": "2026-05-01", "count": draw(st.integers(1, 12)),
+                          "granularity": "PT1H", "sizeBytes": 1000}],
+            "rules": {"_default": [{"type": "loadForever", "tieredReplicants": replicants}]},
+            "events": events, "runs": 14, "seed": draw(st.integers(0, 5))}
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_at_quiescence_a_full_plan_has_nothing_to_do(doc: dict[str, Any]) -> None:
+    sim = Simulator(Scenario.parse(doc))
+    reports = sim.run(planner="incremental", compute_cost=False)
+    for r in reports:  # the queue limit holds at every step (0: unlimited)
+        cap = sim.config.effective(len(r.used), len(r.servers)).max_segments_in_node_loading_queue
+        if cap > 0:
+            assert all(sum(1 for q in queue if q.action == "load") <= cap for _s, _l, queue in r.servers.values())
+    sim.complete()
+    final = plan(sim.view(10_000), compute_cost=False, balance=False)
+    assert [c for c in final.commands if c.type in ("load", "drop", "cancel")] == []
+    # every used segment is at its replica count on every tier that has an active server
+    want = doc["rules"]["_default"][0]["tieredReplicants"]
+    for sid, used in sim.used.items():
+        if not used:
+            continue
+        for tier, n in want.items():
+            active = [x for x in sim.nodes.values() if x.server.tier == tier and not x.server.decommissioning]
+            have = sum(1 for x in active if sid in x.loaded)
+            assert have >= min(n, len(active)), (str(sid), tier, have, n)
