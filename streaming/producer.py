@@ -8,6 +8,7 @@ was lost.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,8 +55,14 @@ class EventProducer:
         self._producer.poll(0)
 
     def flush(self, timeout: float = 30.0) -> None:
-        """Wait until every queued message is acknowledged; raise :class:`ProduceError` on any failure."""
-        remaining = self._producer.flush(timeout)
+        """Wait until every queued message is acknowledged; raise :class:`ProduceError` on any failure.
+
+        The wait is cut in half-second slices so the calling thread returns to the interpreter between them
+        (a stop signal's handler runs there, even while the broker is down)."""
+        deadline = time.monotonic() + timeout
+        remaining = self._producer.flush(min(0.5, timeout))
+        while remaining and time.monotonic() < deadline:
+            remaining = self._producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
         if remaining:
             raise ProduceError(f"{remaining} message(s) not delivered within {timeout:.0f}s")
         if self._errors:

@@ -45,6 +45,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
 import threading
@@ -232,6 +233,14 @@ def _worker_class(base: Any) -> Any:
     output is flushed, so a restart re-reads and re-emits exactly what was not committed."""
 
     class Worker(base):  # type: ignore[misc, valid-type]
+        def install_signal_handlers(self) -> None:
+            """Faust's handlers run on the event loop, which a blocking flush (up to 30 s with the broker down)
+            holds: the grace deadline also starts from the interpreter's own handler, which the main thread runs
+            between two flush slices, whatever the loop is doing. The loop's handlers still run afterwards."""
+            super().install_signal_handlers()
+            for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+                signal.signal(sig, lambda _s, _f, name=name: _exit_after_grace(name))
+
         def _on_sigterm(self) -> None:
             _exit_after_grace("SIGTERM")
             super()._on_sigterm()
@@ -243,7 +252,15 @@ def _worker_class(base: Any) -> Any:
     return Worker
 
 
+_grace_started = threading.Event()
+
+
 def _exit_after_grace(signal_name: str) -> None:
+    """Exit ``SHUTDOWN_GRACE_S`` after the first stop signal (later calls change nothing)."""
+    if _grace_started.is_set():
+        return
+    _grace_started.set()
+
     def force() -> None:
         print(f"segcoord run: {signal_name}: the orderly shutdown did not end within {SHUTDOWN_GRACE_S:g}s "
               f"(broker unreachable?); exiting now, the state stores hold every committed batch", flush=True)
