@@ -28,7 +28,7 @@ older than ``load_timeout_ms`` (event time) stop counting as in flight.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -192,26 +192,25 @@ class TierPlacement:
                         self.settle(cid)
             return self.mine(event.server)
         if isinstance(event, ServerJoined):
-            f = self.servers.get(event.server) or ServerFacts()
-            was_mine = f.tier == self.tier and f.joined
-            f.tier = event.tier or f.tier
-            f.max_size_bytes = event.max_size_bytes if event.max_size_bytes is not None else f.max_size_bytes
-            f.joined = True
+            old = self.servers.get(event.server) or ServerFacts()
+            was_mine = old.tier == self.tier and old.joined
+            f = replace(old, tier=event.tier or old.tier, joined=True, max_size_bytes=event.max_size_bytes
+                        if event.max_size_bytes is not None else old.max_size_bytes)
             self._server(event.server, f)
             return was_mine or f.tier == self.tier
         if isinstance(event, ServerLeft):
             f = self.servers.get(event.server)
             if f is None:
                 return False
-            f.joined = False
+            f = replace(f, joined=False)
             self._server(event.server, f)
             for cid, item in sorted(self.queue.items()):
                 if item.server == event.server:
                     self.settle(cid)
             return f.tier == self.tier
         if isinstance(event, ServerDecommissioned | ServerRecommissioned):
-            f = self.servers.get(event.server) or ServerFacts(joined=False)
-            f.decommissioning = isinstance(event, ServerDecommissioned)
+            f = replace(self.servers.get(event.server) or ServerFacts(joined=False),
+                        decommissioning=isinstance(event, ServerDecommissioned))
             self._server(event.server, f)
             return f.tier == self.tier
         if isinstance(event, RulesSet):
