@@ -10,7 +10,10 @@ The rules (seed 001's overshadowedSegments / atomicUpdateGroup, made exact):
   other than its own. Edges on a cycle of the group graph are ignored.
 - A group is **complete** when all its members are online. It is **servable**
   when complete, or when it lists something and everything it lists is
-  servable (an id neither used nor online is never servable).
+  servable. An id is servable when its group is, also an id neither used nor
+  online that some atomicUpdateGroup declares (the recursion goes through
+  partially online groups, not only through offline segments); an id no
+  group declares is never servable.
 - Visiting groups so that each comes after every group listing one of its ids,
   an id is **hidden** when a group listing it is SERVE, and a group is:
   (1) SERVE if all its non-hidden members are online; else (2) PASS if none of
@@ -211,7 +214,7 @@ def resolve_structure(structure: ChunkStructure, online: Set[int]) -> ChunkResol
     for g in reversed(order):  # listed groups before their listers
         listed = lists[g]
         servable[g] = all(m in online for m in group_members[g]) or (
-            bool(listed) and all(x in known and servable[group_of[x]] for x in listed))
+            bool(listed) and all(x in group_of and servable[group_of[x]] for x in listed))
 
     hidden: set[int] = set()
     status: dict[int, str] = {}
@@ -222,7 +225,7 @@ def resolve_structure(structure: ChunkStructure, online: Set[int]) -> ChunkResol
         listed = lists[g]
         if all(m in online for m in not_hidden):
             verdict = SERVE
-        elif not any_hidden and listed and all(x in known and servable[group_of[x]] for x in listed):
+        elif not any_hidden and listed and all(x in group_of and servable[group_of[x]] for x in listed):
             verdict = PASS
         elif any(m in online for m in not_hidden):
             verdict = SERVE

@@ -58,7 +58,7 @@ def chunk_verdicts(members: Mapping[int, SegmentDescriptor], online: set[int]) -
     def servable(g: frozenset[int]) -> bool:
         if g not in memo:
             memo[g] = all(m in online for m in g) or (
-                bool(lists[g]) and all(x in members and servable(group_of[x]) for x in lists[g]))
+                bool(lists[g]) and all(x in group_of and servable(group_of[x]) for x in lists[g]))
         return memo[g]
 
     hidden: set[int] = set()
@@ -71,7 +71,7 @@ def chunk_verdicts(members: Mapping[int, SegmentDescriptor], online: set[int]) -
         some_hidden = len(nh) < len(g)
         if all(m in online for m in nh):
             st = "serve"
-        elif not some_hidden and lists[g] and all(x in members and servable(group_of[x]) for x in lists[g]):
+        elif not some_hidden and lists[g] and all(x in group_of and servable(group_of[x]) for x in lists[g]):
             st = "pass"
         elif any(m in online for m in nh):
             st = "serve"

@@ -113,3 +113,15 @@ def test_incremental_equals_bulk_equals_oracle(pool: list[SegmentDescriptor], hi
         flat = sorted((iv.start, iv.end, k) for k, ivs in by_version.items() for iv in ivs)
         for (_s1, e1, k1), (s2, _e2, k2) in itertools.pairwise(flat):
             assert e1 <= s2 or k1 == k2
+
+
+def test_the_oracle_recurses_through_partially_online_groups() -> None:
+    """Issue 14's example, stated to the oracle alone: the complete root stays visible, both partial groups wait."""
+    day = INTERVALS[0]
+    a, b = (32768, 32770, 32771), (32769, 32772)
+    segments = [SegmentDescriptor("ds", day, "v1", 0, 1), SegmentDescriptor("ds", day, "v1", 32768, 1, (0,), a),
+                SegmentDescriptor("ds", day, "v1", 32769, 1, a, b)]
+    members = {s.id: s for s in segments}
+    states, _pieces, over = timeline_states(members, members)
+    assert {sid.partition_id: s for sid, s in states.items()} == {0: "visible", 32768: "standby", 32769: "standby"}
+    assert over == []

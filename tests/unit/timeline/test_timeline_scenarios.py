@@ -161,3 +161,37 @@ def test_cycles_of_overshadowing_are_ignored() -> None:
     tl = Timeline("wiki")
     online(tl, seg(0, over=(1,)), seg(1, over=(0,)))
     assert states(tl) == {"v1/0": "visible", "v1/1": "visible"}
+
+
+def test_servable_recurses_through_partially_online_groups() -> None:
+    """Issue 14: A = {32768, 32770, 32771} overshadows the complete root {0}, only 32768 online; B = {32769, 32772}
+    overshadows A's members, only 32769 online. A is servable because what it lists (0) is; B lists only servable
+    things, so it waits: the complete root stays visible, never hidden by partial data."""
+    tl = Timeline("wiki")
+    online(tl, seg(0))
+    a, b = (32768, 32770, 32771), (32769, 32772)
+    online(tl, seg(32768, over=(0,), aug=a))
+    online(tl, seg(32769, over=a, aug=b))
+    assert states(tl) == {"v1/0": "visible", "v1/32768": "standby", "v1/32769": "standby"}
+    assert served(tl) == [("v1/0", ["01T00-02T00"])]
+    assert tl.overshadowed_used() == []
+    # the rest of B comes online: B is complete and replaces A's members and (through A) the root
+    tl.publish([seg(32772, over=a, aug=b)])
+    changes = tl.announce(seg(32772, over=a, aug=b), "h2")
+    assert {(c.segment_id.partition_id, c.new) for c in changes} == {
+        (0, "overshadowed"), (32768, "overshadowed"), (32769, "visible"), (32772, "visible")}
+
+
+def test_partial_generations_wait_while_an_older_one_can_be_served_in_full() -> None:
+    """Five generations: the root is complete; each later generation of two partitions overshadows the one before and
+    has only its first partition online. Every partial generation waits in standby behind the complete root."""
+    tl = Timeline("wiki")
+    online(tl, seg(0))
+    previous: tuple[int, ...] = (0,)
+    for g in range(1, 5):
+        group = (32768 + 2 * g, 32768 + 2 * g + 1)
+        online(tl, seg(group[0], over=previous, aug=group))
+        previous = group
+    assert states(tl) == {"v1/0": "visible", **{f"v1/{32768 + 2 * g}": "standby" for g in range(1, 5)}}
+    assert served(tl) == [("v1/0", ["01T00-02T00"])]
+    assert tl.overshadowed_used() == []
