@@ -132,7 +132,9 @@ class _Run:
         self.commands: list[PlanCommand] = []
         self.unused: list[tuple[SegmentId, str]] = []
         self.metrics: Counter[str] = Counter()
-        self.moves_made: Counter[str] = Counter()
+        self.moves_made: Counter[str] = Counter()  # balancing moves per tier
+        self.drained: Counter[str] = Counter()  # moves off decommissioning servers per tier
+        self._budgets: dict[str, tuple[int, int]] | None = None  # tier -> (maxSegmentsToMove, drains reserved)
         self.cursor: dict[str, int] = {}
         self.to_be_balanced: dict[str, list[SegmentId]] = {}
         self.visited: dict[str, set[SegmentId]] = {}
@@ -300,12 +302,41 @@ class _Run:
                              and n not in self.p.decommissioning) + self.p.copies(sid, tier).pending
                 if active >= target.replicants.get(tier, 0):
                     continue  # enough copies elsewhere: stage 12 drops this one
+                if self.drained[tier] >= self.budget(tier)[1]:
+                    self.metrics[f"segment/drainThrottled/count/{tier}"] += 1  # maxSegmentsToMove reached
+                    self.deferred.add(sid)
+                    continue
                 dest = self.pick(sid, tier, "decommissioning", share, True)
                 if dest is None:
                     self.metrics["segment/decommissioningStuck/count"] += 1
                     self.deferred.add(sid)
                     continue
                 self.move(sid, name, dest, tier, stage, "decommissioning", f"draining {name}")
+                self.drained[tier] += 1
+
+    def budget(self, tier: str) -> tuple[int, int]:
+        """The tier's (maxSegmentsToMove, moves reserved for draining) in this run. Drains and balancing moves
+        together stay within maxSegmentsToMove, drains first (Druid 28's ``TierSegmentBalancer``): the drains
+        reserved are the segments held on the tier's decommissioning servers, at most
+        ``decommissioningMaxPercentOfMaxSegmentsToMove`` of maxSegmentsToMove, none without an active server;
+        balancing moves get the rest. Computed for every tier at once after the first loading stages (as Druid
+        computes them after its rules ran; :func:`balance_tier`: at its start), from the replicas loaded or
+        queued on each tier's servers (smart loading's per-tier ``computeMaxSegmentsToMove``)."""
+        if self._budgets is None:
+            p, budgets = self.p, {}
+            for t, names in p.tiers.items():
+                count = sum(len(p.loaded[n]) + len(p.loading[n]) + len(p.dropping[n]) for n in names)
+                cap = self.limits.max_segments_to_move_in(count)
+                draining = sum(len(p.loaded[n]) - len(p.dropping[n]) for n in names if n in p.decommissioning)
+                reserve = min(draining, self.limits.max_drains_in(cap), cap) if p.active.get(t) else 0
+                budgets[t] = (cap, reserve)
+            self._budgets = budgets
+        return self._budgets.get(tier, (0, 0))
+
+    def balance_cap(self, tier: str) -> int:
+        """Balancing moves the tier may still make in this run: maxSegmentsToMove less the drains reserved."""
+        cap, reserve = self.budget(tier)
+        return cap - max(reserve, self.drained[tier])
 
     def move(self, sid: SegmentId, source: str, dest: str, tier: str, stage: int, purpose: Purpose,
              reason: str) -> None:
@@ -363,7 +394,7 @@ class _Run:
         for tier in sorted(self.p.tiers):
             if self.only_tier is not None and tier != self.only_tier:
                 continue
-            cap = self.limits.max_segments_to_move
+            cap = self.balance_cap(tier)
             if self.moves_made[tier] >= cap:
                 continue
             candidates = self.balance_candidates(tier)
@@ -395,7 +426,7 @@ class _Run:
             return
         for tier in sorted(self.to_be_balanced):
             for sid in self.to_be_balanced[tier]:
-                if self.moves_made[tier] >= self.limits.max_segments_to_move:
+                if self.moves_made[tier] >= self.balance_cap(tier):
                     break
                 if self.try_move(sid, tier, stage, None, False) == "moved":
                     self.moves_made[tier] += 1
@@ -440,16 +471,21 @@ class _Run:
                 if p.copies(sid, tier).total <= want:
                     break
                 self.cancel(name, sid, stage, f"over-replicated in {tier}")  # queued loads go first
-            holders = sorted((n for n in p.holders.get(sid, set()) if p.tier_of[n] == tier
-                              and n not in p.move_sources.get(sid, ())),
-                             key=lambda n: (n not in p.decommissioning, p.free_bytes(n), n))
-            for name in holders:
-                if p.copies(sid, tier).loaded <= want:
-                    break
+            holders = {n for n in p.holders.get(sid, set()) if p.tier_of[n] == tier
+                       and n not in p.move_sources.get(sid, ())}
+            while holders and p.copies(sid, tier).loaded > want:
+                name = min(holders, key=self.drop_rank)  # re-read after every drop: the projection moved
                 if not self.safe_to_drop(sid, tier, reachable):
                     self.deferred.add(sid)
                     break
                 self.drop(name, sid, stage, f"over-replicated in {tier}")
+                holders.discard(name)
+
+    def drop_rank(self, name: str) -> tuple[bool, int, int, str]:
+        """Surplus copies go from decommissioning servers first, then from the fullest (least free bytes of the
+        projection, then most segments held), name last: the projection after every queued drop decides."""
+        p = self.p
+        return (name not in p.decommissioning, p.free_bytes(name), len(p.dropping[name]) - len(p.loaded[name]), name)
 
     def safe_to_drop(self, sid: SegmentId, tier: str, reachable: dict[str, int]) -> bool:
         """Dropping one copy from ``tier`` keeps what the rules can reach with loaded copies."""
@@ -544,6 +580,7 @@ class _Run:
         self.cancel_on_decommissioning(0)                                           # 0
         loading = self.shares["loading"]
         self.loading_stages(1, loading, True)                                       # 1-4
+        self.budget("")  # every tier's move budget, as of the end of the first loading stages
         self.drain(5, self.shares["decommissioning"])                              # 5
         self.loading_stages(6, loading + self.shares["decommissioning"], False)    # 6
         self.balance(7, self.shares["balancing"], True, record=True)               # 7

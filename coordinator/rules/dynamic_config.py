@@ -16,7 +16,8 @@ key                                                   default     meaning here
 ``replicateAfterLoadTimeout``                         false
 ``useRoundRobinSegmentAssignment``                    true
 ``maxNonPrimaryReplicantsToLoad``                     2147483647  Java's Integer.MAX_VALUE
-``decommissioningMaxPercentOfMaxSegmentsToMove``      70          0..100
+``decommissioningMaxPercentOfMaxSegmentsToMove``      70          0..100; drains per tier and run
+                                                                  (see :meth:`EffectiveLimits.max_drains_in`)
 ====================================================  ==========  ====================================
 
 and seed 004's: ``loadingMinPercent`` 70, ``decommissioningMinPercent`` 10,
@@ -46,8 +47,10 @@ at most Java's Integer.MAX_VALUE. Errors are :class:`ConfigError` naming the key
 >>> config.queue_shares()
 QueueShares(loading=0.7, decommissioning=0.1, balancing=0.2)
 >>> limits = DynamicConfig().effective(segment_count=120_000, server_count=10)
->>> limits.replication_throttle_limit, limits.max_segments_to_move, limits.max_segments_in_node_loading_queue
-(2400, 1000, 0)
+>>> limits.replication_throttle_limit, limits.balancer_compute_threads, limits.max_segments_in_node_loading_queue
+(2400, 3, 0)
+>>> limits.max_segments_to_move_in(40_000), limits.max_segments_to_move_in(500)
+(5000, 100)
 """
 
 from __future__ import annotations
@@ -105,11 +108,50 @@ IGNORED_KEYS: frozenset[str] = frozenset({
     "debugDimensions",
 })
 
-#: Smart segment loading (Druid 27.0's ``SegmentLoadingConfig.create``): the throttle is this
-#: percentage of the used segments, at least ``SMART_MIN_REPLICATION_THROTTLE``; moves are capped.
+#: Smart segment loading (current Druid's ``SegmentLoadingConfig``): the throttle is this percentage of the
+#: used segments, at least ``SMART_MIN_REPLICATION_THROTTLE``; a tier moves at least ``MIN_SEGMENTS_TO_MOVE``.
 SMART_THROTTLE_PERCENT = 2
 SMART_MIN_REPLICATION_THROTTLE = 100
-SMART_MAX_SEGMENTS_TO_MOVE = 1000
+MIN_SEGMENTS_TO_MOVE = 100
+_BALANCER_THREAD_STEPS = (50, 50, 75, 75, 100, 100, 150, 150)  # thousands of used segments per extra thread
+
+
+def compute_num_balancer_threads(used_segments: int) -> int:
+    """Druid's ``computeNumBalancerThreads``: one thread, plus one per step of used segments (50k, 50k, 75k,
+    75k, 100k, 100k, 150k, 150k), in [1, 8].
+
+    >>> [compute_num_balancer_threads(n) for n in (0, 49_999, 50_000, 100_000, 175_000, 10**9)]
+    [1, 1, 2, 3, 4, 8]
+    """
+    remainder = used_segments // 1000
+    for step, size in enumerate(_BALANCER_THREAD_STEPS):
+        remainder -= size
+        if remainder < 0:
+            return step + 1
+    return len(_BALANCER_THREAD_STEPS)
+
+
+def compute_max_segments_to_move(segments_on_historicals: int, balancer_threads: int) -> int:
+    """Druid's ``computeMaxSegmentsToMove``: about 2 billion cost computations per balancer thread and run,
+    divided by the segments that take part (every replica loaded or queued on the historicals), in thousands;
+    at least ``MIN_SEGMENTS_TO_MOVE``, at most 12.5 % of those segments (the floor wins).
+
+    The division halves the dividend once per halving of the divisor, as Druid does (a power-of-two
+    approximation), so the figures match Druid's exactly.
+
+    >>> [compute_max_segments_to_move(n, 1) for n in (0, 800, 8_000, 80_000, 1_000_000, 10_000_000)]
+    [100, 100, 1000, 10000, 4000, 100]
+    """
+    computations = max(1 << 21, balancer_threads << 21)  # thousands of computations
+    divisor, quotient = segments_on_historicals, computations
+    while divisor > 1:
+        divisor >>= 1
+        quotient >>= 1
+    moves = quotient * 1000
+    upper = segments_on_historicals >> 3
+    if moves > upper:
+        return max(MIN_SEGMENTS_TO_MOVE, upper)
+    return max(MIN_SEGMENTS_TO_MOVE, moves)
 
 
 class QueueShares(NamedTuple):
@@ -127,7 +169,9 @@ class QueueShares(NamedTuple):
 class EffectiveLimits:
     """The limits one coordinator run works with: configured, or computed by smart segment loading.
 
-    ``max_segments_in_node_loading_queue`` 0 means unlimited.
+    ``max_segments_in_node_loading_queue`` 0 means unlimited. ``max_segments_to_move`` is the configured
+    value; with smart loading it is the value for one tier holding ``segment_count`` segments, and a run
+    computes each tier's own with :meth:`max_segments_to_move_in`.
     """
 
     replication_throttle_limit: int
@@ -136,6 +180,33 @@ class EffectiveLimits:
     use_round_robin: bool
     max_non_primary_replicants_to_load: int
     decommissioning_max_percent_of_max_segments_to_move: int
+    smart: bool = False
+    balancer_compute_threads: int = 1
+
+    def max_segments_to_move_in(self, segments_in_tier: int) -> int:
+        """A tier's ``maxSegmentsToMove`` (drains and balancing moves together): with smart loading
+        :func:`compute_max_segments_to_move` of the replicas loaded or queued on the tier's historicals,
+        else the configured value.
+
+        >>> DynamicConfig().effective(1_000, 2).max_segments_to_move_in(80_000)
+        10000
+        >>> DynamicConfig(smart_segment_loading=False).effective(1_000, 2).max_segments_to_move_in(80_000)
+        100
+        """
+        if not self.smart:
+            return self.max_segments_to_move
+        return compute_max_segments_to_move(segments_in_tier, self.balancer_compute_threads)
+
+    def max_drains_in(self, max_segments_to_move: int) -> int:
+        """Of a tier's moves, how many may drain decommissioning servers:
+        ``ceil(maxSegmentsToMove * decommissioningMaxPercentOfMaxSegmentsToMove / 100)`` (Druid 27's
+        ``BalanceSegments``; smart loading: all of them, as Druid 28 and later, which drain first).
+
+        >>> DynamicConfig(smart_segment_loading=False, max_segments_to_move=3,
+        ...               decommissioning_max_percent_of_max_segments_to_move=60).effective(0, 0).max_drains_in(3)
+        2
+        """
+        return math.ceil(max_segments_to_move * self.decommissioning_max_percent_of_max_segments_to_move / 100)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,25 +305,30 @@ class DynamicConfig:
         )
 
     def effective(self, segment_count: int, server_count: int) -> EffectiveLimits:
-        """The limits of one run, as Druid 27.0's ``SegmentLoadingConfig.create(dynamicConfig, numUsedSegments)``.
+        """The limits of one run, as current Druid's ``SegmentLoadingConfig.create(dynamicConfig, numUsedSegments)``
+        and ``BalanceSegments``.
 
         With ``smartSegmentLoading`` (``segment_count`` is the number of used segments):
 
         - ``replication_throttle_limit = max(100, segment_count * 2 // 100)`` (2 %, at least 100);
-        - ``max_segments_to_move = min(1000, replication_throttle_limit)``;
+        - ``balancer_compute_threads`` = :func:`compute_num_balancer_threads` of ``segment_count``;
+        - ``maxSegmentsToMove`` per tier: :meth:`EffectiveLimits.max_segments_to_move_in` (at least 100, at
+          most 12.5 % of the replicas on the tier's historicals); ``max_segments_to_move`` holds the value for
+          a tier holding ``segment_count`` replicas;
         - ``max_segments_in_node_loading_queue = 0`` (unlimited);
         - ``use_round_robin = True``;
         - ``max_non_primary_replicants_to_load = 2147483647`` (no limit);
-        - ``decommissioning_max_percent_of_max_segments_to_move = 100``.
+        - ``decommissioning_max_percent_of_max_segments_to_move = 100`` (drains first, up to the whole
+          ``maxSegmentsToMove``: Druid 28 retired the key, and smart loading behaves as it does).
 
-        Without it, the configured values. ``server_count`` does not enter Druid's formula; it is
-        checked (non-negative) and otherwise unused.
+        Without it, the configured values (``decommissioningMaxPercentOfMaxSegmentsToMove`` honoured as Druid
+        27 did). ``server_count`` does not enter Druid's formula; it is checked (non-negative) and otherwise
+        unused.
 
-        Later Druid releases changed this: 28 dropped the cap and computes ``maxSegmentsToMove``
-        in ``BalanceSegments`` from the segments on historicals and the balancer threads, and the
-        newest uses 5 % for the throttle. 27.0 is the release whose keys this configuration has
-        (``maxNonPrimaryReplicantsToLoad`` and ``decommissioningMaxPercentOfMaxSegmentsToMove``
-        were removed later), so its formula is the one used.
+        Druid 28 took the cluster-wide count of replicas on historicals for every tier; here each tier's own
+        count is used (a small tier is not given a large tier's budget). Druid's newest releases compute the
+        cap from the coordinator period instead (``SegmentToMoveCalculator``); this follows
+        ``SegmentLoadingConfig.computeMaxSegmentsToMove``.
         """
         read_int(segment_count, "segment_count", ConfigError, maximum=JAVA_LONG_MAX)
         read_int(server_count, "server_count", ConfigError, maximum=JAVA_LONG_MAX)
@@ -268,13 +344,16 @@ class DynamicConfig:
                 ),
             )
         throttle = max(SMART_MIN_REPLICATION_THROTTLE, segment_count * SMART_THROTTLE_PERCENT // 100)
+        threads = compute_num_balancer_threads(segment_count)
         return EffectiveLimits(
             replication_throttle_limit=throttle,
-            max_segments_to_move=min(SMART_MAX_SEGMENTS_TO_MOVE, throttle),
+            max_segments_to_move=compute_max_segments_to_move(segment_count, threads),
             max_segments_in_node_loading_queue=0,
             use_round_robin=True,
             max_non_primary_replicants_to_load=JAVA_INT_MAX,
             decommissioning_max_percent_of_max_segments_to_move=100,
+            smart=True,
+            balancer_compute_threads=threads,
         )
 
 

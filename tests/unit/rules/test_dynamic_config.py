@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from coordinator.rules import ConfigError, DynamicConfig, EffectiveLimits, QueueShares
-from coordinator.rules.dynamic_config import IGNORED_KEYS
+from coordinator.rules.dynamic_config import IGNORED_KEYS, compute_max_segments_to_move
 
 DRUID_DEFAULTS = {
     "millisToWaitBeforeDeleting": 900_000,
@@ -216,31 +216,71 @@ def test_queue_shares_complete_to_one_through_loading(
 # -- smart segment loading --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("used_segments", "throttle", "moves"), [
-    (0, 100, 100),                  # the floor
-    (4_999, 100, 100),              # 2 % is 99: floored
-    (5_000, 100, 100),
-    (5_050, 101, 101),
-    (10_000, 200, 200),
-    (49_999, 999, 999),             # integer division, as Java
-    (50_000, 1_000, 1_000),
-    (50_050, 1_001, 1_000),         # maxSegmentsToMove capped at 1000
-    (1_000_000, 20_000, 1_000),
-    (123_456_789, 2_469_135, 1_000),
+@pytest.mark.parametrize(("used_segments", "throttle", "threads"), [
+    (0, 100, 1),                    # the floor
+    (4_999, 100, 1),                # 2 % is 99: floored
+    (5_000, 100, 1),
+    (5_050, 101, 1),
+    (10_000, 200, 1),
+    (49_999, 999, 1),               # integer division, as Java
+    (50_000, 1_000, 2),             # one more balancer thread per step: 50k, 50k, 75k, 75k, 100k, ...
+    (100_000, 2_000, 3),
+    (175_000, 3_500, 4),
+    (1_000_000, 20_000, 8),         # at most 8 threads
+    (123_456_789, 2_469_135, 8),
 ])
-def test_smart_segment_loading_follows_druid(used_segments: int, throttle: int, moves: int) -> None:
+def test_smart_segment_loading_follows_current_druid(used_segments: int, throttle: int, threads: int) -> None:
     config = DynamicConfig.parse({"maxSegmentsToMove": 5, "replicationThrottleLimit": 7,
                                   "maxSegmentsInNodeLoadingQueue": 9, "useRoundRobinSegmentAssignment": False,
                                   "maxNonPrimaryReplicantsToLoad": 3,
                                   "decommissioningMaxPercentOfMaxSegmentsToMove": 10})
     assert config.effective(used_segments, server_count=12) == EffectiveLimits(
         replication_throttle_limit=throttle,
-        max_segments_to_move=moves,
+        max_segments_to_move=compute_max_segments_to_move(used_segments, threads),
         max_segments_in_node_loading_queue=0,
         use_round_robin=True,
         max_non_primary_replicants_to_load=2_147_483_647,
         decommissioning_max_percent_of_max_segments_to_move=100,
+        smart=True,
+        balancer_compute_threads=threads,
     )
+
+
+@pytest.mark.parametrize(("segments_in_tier", "threads", "moves"), [
+    (0, 1, 100),                    # at least 100, even for an empty tier
+    (400, 1, 100),                  # 12.5 % is 50: the floor wins
+    (8_000, 1, 1_000),              # 12.5 %: the cap
+    (16_000, 1, 2_000),
+    (80_000, 1, 10_000),
+    (400_000, 1, 8_000),            # 2^21 thousand computations / ~2^18 segments
+    (400_000, 2, 16_000),           # twice the threads, twice the moves
+    (1_000_000, 1, 4_000),
+    (10_000_000, 1, 100),           # the floor again
+])
+def test_smart_max_segments_to_move_per_tier_as_druids_compute_max_segments_to_move(
+        segments_in_tier: int, threads: int, moves: int) -> None:
+    limits = DynamicConfig().effective(1_000 if threads == 1 else 60_000, 3)
+    assert limits.balancer_compute_threads == threads
+    assert limits.max_segments_to_move_in(segments_in_tier) == moves == compute_max_segments_to_move(
+        segments_in_tier, threads)
+    assert moves >= 100 and (moves == 100 or moves <= segments_in_tier // 8)
+
+
+def test_without_smart_loading_every_tier_has_the_configured_max_segments_to_move() -> None:
+    limits = DynamicConfig.parse({"smartSegmentLoading": False, "maxSegmentsToMove": 7}).effective(10**6, 3)
+    assert [limits.max_segments_to_move_in(n) for n in (0, 10**3, 10**7)] == [7, 7, 7]
+
+
+@pytest.mark.parametrize(("moves", "percent", "drains"), [(3, 60, 2), (100, 70, 70), (10, 0, 0), (7, 100, 7),
+                                                          (1, 1, 1)])
+def test_decommissioning_max_percent_of_max_segments_to_move_caps_drains(moves: int, percent: int,
+                                                                          drains: int) -> None:
+    """Druid 27's BalanceSegments: ceil(maxSegmentsToMove * percent / 100) of a tier's moves may drain."""
+    limits = DynamicConfig.parse({"smartSegmentLoading": False, "maxSegmentsToMove": moves,
+                                  "decommissioningMaxPercentOfMaxSegmentsToMove": percent}).effective(0, 0)
+    assert limits.max_drains_in(moves) == drains
+    smart = DynamicConfig.parse({"decommissioningMaxPercentOfMaxSegmentsToMove": percent}).effective(0, 0)
+    assert smart.max_drains_in(moves) == moves  # smart loading drains first, up to every move (Druid 28+)
 
 
 def test_server_count_does_not_change_smart_limits() -> None:
