@@ -66,6 +66,6 @@ def test_at_quiescence_a_full_plan_has_nothing_to_do(doc: dict[str, Any]) -> Non
         if not used:
             continue
         for tier, n in want.items():
-            active = [x for x in sim.nodes.values() if x.server.tier == tier and not x.server.decommissioning]
-            have = sum(1 for x in active if sid in x.loaded)
+            active = [n for n in sim.historicals if sim.server(n).tier == tier and not sim.server(n).decommissioning]
+            have = sum(1 for n in active if sid in sim.held(n))
             assert have >= min(n, len(active)), (str(sid), tier, have, n)
