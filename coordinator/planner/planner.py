@@ -9,18 +9,25 @@ after stage 0 cancels the loads queued on decommissioning servers:
 3-4. the remaining replicas per tier (``replicationThrottleLimit`` caps replica
    loads in flight per tier; a load is a *replica* load when the tier served the
    segment at the start of the run);
-5. segments on decommissioning servers move to active ones;
+5. segments on decommissioning servers move to active ones (drains: see *Moves* below);
 6. stages 1-4 again within (loading + decommissioning)% of the queue;
 7. balancing: random segments (a generator seeded by run and tier) move to a
    strictly cheaper server among the top B (Druid's rule; see
    :mod:`coordinator.balancer.strategy`), until 80 of the last 100 iterations
-   failed or ``maxSegmentsToMove`` moves were made in the tier;
+   failed or the tier's balancing moves are used up (see *Moves* below);
 8. stages 1-4 again with the full queue; 9. stage 5 within decommissioningMax%;
 10. segments that could not move for queue room; 11. balancing with the full queue;
 12. unloading: cancel excess queued loads before dropping loaded copies, drop
-   decommissioning copies first, never below the replication reachable while
+   decommissioning copies first, then from the fullest server (ranked again after
+   every queued drop), never below the replication reachable while
    replacement copies are only queued; unused segments lose every copy;
 13. broadcast-only decommissioning servers are emptied.
+
+Moves: per tier and run, drains (5, 9) plus balancing moves (7, 10, 11) stay within the
+tier's ``maxSegmentsToMove`` (with smart loading computed per tier from the replicas on its
+servers), drains first: the segments held on the tier's decommissioning servers are reserved
+out of it, at most ``decommissioningMaxPercentOfMaxSegmentsToMove`` percent (Druid 27; smart
+loading: all of it, Druid 28+), and balancing gets the rest.
 
 Queue limits: each server's load queue holds at most ``maxSegmentsInNodeLoadingQueue``
 items (0: unlimited); stages marked *relative* count only their own purpose's
