@@ -508,27 +508,32 @@ class Simulator:
         """What the server announced (and has not unannounced), sorted."""
         return tuple(sorted(self.state.held.get(name, ())))
 
-    def queued(self, name: str) -> list[tuple[str, InFlight]]:
-        """The server's commands in flight, in the order sent (a move's drop half on its source included)."""
-        return [(cid, item) for cid, item in self.state.queue.items() if item.server == name]
+    def in_flight(self) -> dict[str, list[tuple[str, InFlight]]]:
+        """Per server, its commands in flight in the order sent (a move's drop half on its source included)."""
+        out: dict[str, list[tuple[str, InFlight]]] = {}
+        for cid, item in self.state.queue.items():
+            out.setdefault(item.server, []).append((cid, item))
+        return out
 
-    def queue(self, name: str) -> tuple[Queued, ...]:
+    def queue(self, name: str, in_flight: Mapping[str, list[tuple[str, InFlight]]] | None = None) \
+            -> tuple[Queued, ...]:
         """The server's queue as shown: loads (a move on its target) and drops, a move's drop half excepted."""
+        mine = (self.in_flight() if in_flight is None else in_flight).get(name, [])
         return tuple(Queued(item.action, item.segment, item.purpose, item.move_id, item.source, cid)
-                     for cid, item in self.queued(name)
-                     if not (item.action == "drop" and item.move_id is not None))
+                     for cid, item in mine if not (item.action == "drop" and item.move_id is not None))
 
     def snapshot(self) -> dict[str, ServerSnapshot]:
-        return {n: (self.server(n), self.held(n), self.queue(n)) for n in sorted(self.historicals)}
+        in_flight = self.in_flight()
+        return {n: (self.server(n), self.held(n), self.queue(n, in_flight)) for n in sorted(self.historicals)}
 
     def view(self, run: int) -> ClusterView:
         """The fold as a planner snapshot (what :func:`~coordinator.planner.planner.plan` reads)."""
-        servers = {}
+        servers, in_flight = {}, self.in_flight()
         for name in sorted(self.historicals):
             items = tuple(QueueItem("load" if q.action == "load" else "drop", q.segment,
                                     "decommissioning" if q.purpose == "decommissioning" else
                                     "balancing" if q.purpose == "balancing" else "loading", q.move_id, q.source)
-                          for q in self.queue(name))
+                          for q in self.queue(name, in_flight))
             servers[name] = ServerState(self.server(name), frozenset(self.held(name)), items)
         segments = {sid: seg for sid, seg in self.segments.items()}
         return ClusterView(self.now, servers, segments, frozenset(s for s, u in self.used.items() if u),
@@ -606,14 +611,16 @@ class Simulator:
         """Queues complete: drops, then loads, then moves. With ``at``, a load completes only when the
         server's load time has passed since it was queued; drops are immediate. Each outcome is an event
         the historical logs (announce, unannounce, refusal), folded as it happens."""
+        in_flight = self.in_flight()
         for name in sorted(self.historicals):
-            for cid, item in self.queued(name):
+            for cid, item in in_flight.get(name, []):
                 if item.action == "drop" and item.move_id is None:
                     self._fold(SegmentUnannounced(server=name, segment_id=str(item.segment)), name, cid)
         for moves in (False, True):
+            in_flight = self.in_flight()
             for name in sorted(self.historicals):
                 load_time = self.historicals[name].load_time
-                for cid, item in self.queued(name):
+                for cid, item in in_flight.get(name, []):
                     if item.action != "load" or (item.move_id is not None) != moves or cid not in self.state.queue:
                         continue
                     if at is not None and item.sent_at + load_time > at:
