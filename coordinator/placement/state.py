@@ -18,7 +18,8 @@
   loads of the segment) leaves the queue with its move's drop half, and the cancel is
   settled (it needs no answer).
 - ``ServerJoined`` (tier, max size; a rejoin keeps what is not given), ``ServerLeft``
-  (out of the projection, its queue settled; what it announced is kept, so a server
+  (out of the projection, its queue settled, with the drop halves of the moves it was
+  loading: their sources keep their copies; what it announced is kept, so a server
   that comes back holds it again), ``ServerDecommissioned`` / ``ServerRecommissioned``.
 - ``RulesSet``: that data source's rules are replaced, the others' kept; a fresh
   cluster has Druid's default (``loadForever`` 2 replicas on ``_default_tier``).
@@ -180,7 +181,10 @@ class PlacementState(Projected):
             if left is not None:
                 self._server(event.server, replace(left, joined=False), t)
             for cid in sorted(self._by_server.get(event.server, ())):
-                self.settle(cid)  # a removed server's queue vanishes with it
+                item = self.settle(cid)  # a removed server's queue vanishes with it
+                if item is not None and item.move_id is not None and item.action == "load":
+                    for half in self.of_move(item.move_id):  # the move is off: its source keeps its copy
+                        self.settle(half)
             t.servers.add(event.server)
             t.trigger = True
         elif isinstance(event, ServerDecommissioned | ServerRecommissioned):

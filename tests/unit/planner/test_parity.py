@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.planner.simulator import Scenario
+from coordinator.planner.simulator import Scenario, Simulator
 from tests.unit.planner.test_simulations import NOW, hourly, run, servers
 
 
@@ -96,3 +96,23 @@ def test_smart_loading_computes_max_segments_to_move_per_tier() -> None:
                    "runs": 1})
     moved = reports[0].plan.metrics["segment/moved/count"]
     assert isinstance(moved, dict) and moved["big"] == 125
+
+
+def test_a_move_whose_target_leaves_keeps_the_source_copy_and_leaves_nothing_in_flight() -> None:
+    """Druid's SegmentBalancingTest.testDropDoesNotHappenWhenLoadFails: moves are queued, the target leaves before
+    loading them; the source keeps every segment and the moves' drop halves are settled with their load halves."""
+    segs = [{"dataSource": "wiki", "start": "2026-05-01", "count": 10, "granularity": "P1D", "sizeBytes": 500}]
+    ids = [str(seg.id) for seg, _used in Scenario.parse({"now": NOW, "servers": [], "segments": segs}).segments]
+    doc = {"now": NOW, "servers": servers(2), "segments": segs, "initialPlacement": {"h0": ids},
+           "rules": {"wiki": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 1}}]},
+           "dynamicConfig": {"smartSegmentLoading": False, "maxSegmentsToMove": 10,
+                             "maxSegmentsInNodeLoadingQueue": 0},
+           "loadCompletion": "manual", "runs": 2,
+           "events": [{"beforeRun": 2, "type": "remove_server", "name": "h1"},
+                      {"beforeRun": 2, "type": "complete_queues"}]}
+    for planner in ("full", "incremental"):
+        sim = Simulator(Scenario.parse(doc))
+        reports = sim.run(planner=planner)
+        assert any(c.type == "move" for c in reports[0].plan.commands)
+        assert [str(s) for s in reports[1].servers["h0"][1]] == sorted(ids)
+        assert sim.state.queue == {}
