@@ -116,3 +116,62 @@ def test_a_move_whose_target_leaves_keeps_the_source_copy_and_leaves_nothing_in_
         assert any(c.type == "move" for c in reports[0].plan.commands)
         assert [str(s) for s in reports[1].servers["h0"][1]] == sorted(ids)
         assert sim.state.queue == {}
+
+
+# -- Druid's coordinator simulation tests (SegmentLoadingTest), through servers that join or load with data ---------
+
+_DAYS = [{"dataSource": "wiki", "start": "2026-05-01", "count": 10, "granularity": "P1D", "sizeBytes": 500}]
+
+
+def _day_ids() -> list[str]:
+    return [str(seg.id) for seg, _used in Scenario.parse({"now": NOW, "servers": [], "segments": _DAYS}).segments]
+
+
+def _config(moves: int, queue: int, throttle: int) -> dict[str, Any]:
+    return {"smartSegmentLoading": False, "maxSegmentsToMove": moves, "maxSegmentsInNodeLoadingQueue": queue,
+            "replicationThrottleLimit": throttle}
+
+
+def _replicas(n: int) -> dict[str, Any]:
+    return {"wiki": [{"type": "loadForever", "tieredReplicants": {"_default_tier": n}}]}
+
+
+def _assigned(report: Any) -> int:
+    counts = report.plan.metrics.get("segment/assigned/count") or {}
+    return sum(counts.values())
+
+
+def test_second_replica_is_throttled() -> None:
+    """SegmentLoadingTest.testSecondReplicaOnAnyTierIsThrottled: replicationThrottleLimit 2 assigns 2 replicas."""
+    reports = run({"now": NOW, "servers": servers(2), "segments": _DAYS, "initialPlacement": {"h0": _day_ids()},
+                   "rules": _replicas(2), "dynamicConfig": _config(0, 0, 2), "runs": 1})
+    assert _assigned(reports[0]) == 2
+    assert [len(reports[0].servers[n][1]) for n in ("h0", "h1")] == [10, 2]
+
+
+def test_loads_of_fully_replicated_segments_are_cancelled_when_a_server_joins_with_them() -> None:
+    """SegmentLoadingTest.testLoadOfFullyReplicatedSegmentGetsCancelled: a server joins holding the second replica
+    of every segment; the 10 replica loads still queued elsewhere are cancelled."""
+    ids = _day_ids()
+    reports = run({"now": NOW, "servers": servers(2), "segments": _DAYS, "initialPlacement": {"h0": ids},
+                   "rules": _replicas(2), "dynamicConfig": _config(0, 0, 10), "loadCompletion": "manual", "runs": 2,
+                   "events": [{"beforeRun": 2, "type": "add_server", "name": "h2", "maxSizeBytes": 10**9,
+                               "segments": ids}]})
+    assert _assigned(reports[0]) == 10 and len(reports[0].servers["h1"][2]) == 10
+    cancels = [c for c in reports[1].plan.commands if c.type == "cancel"]
+    assert len(cancels) == 10 and {c.server for c in cancels} == {"h1"}
+    assert reports[1].servers["h1"][2] == ()
+
+
+def test_a_full_load_queue_takes_more_once_the_historical_loads_some_itself() -> None:
+    """SegmentLoadingTest.testMaxSegmentsInNodeLoadingQueue: a queue of 5 fills in run 1 and stays full in run 2;
+    then the historical loads two of the queued segments outside the coordinator. Druid cancels those two loads in
+    run 3 and assigns two more in run 4; here the announcements answer the two loads (the fold settles a queued load
+    its server announces), so the two new assignments come in run 3. Same placement, one run earlier."""
+    ids = _day_ids()
+    reports = run({"now": NOW, "servers": servers(1), "segments": _DAYS, "rules": _replicas(1),
+                   "dynamicConfig": _config(0, 5, 10), "loadCompletion": "manual", "runs": 4,
+                   "events": [{"beforeRun": 3, "type": "server_adds_segments", "server": "h0",
+                               "segments": [ids[9], ids[8]]}]})
+    assert [_assigned(r) for r in reports] == [5, 0, 2, 0]
+    assert len(reports[-1].servers["h0"][1]) == 2 and len(reports[-1].servers["h0"][2]) == 5
