@@ -195,3 +195,44 @@ def test_partial_generations_wait_while_an_older_one_can_be_served_in_full() -> 
     assert states(tl) == {"v1/0": "visible", **{f"v1/{32768 + 2 * g}": "standby" for g in range(1, 5)}}
     assert served(tl) == [("v1/0", ["01T00-02T00"])]
     assert tl.overshadowed_used() == []
+
+
+# -- Druid's OvershadowableManagerTest, in overshadowedSegments / atomicUpdateGroup terms ---------------------------
+# Druid's root partitions 0..n are plain segments; a non-root group over the root range [a, b) lists a..b-1 and
+# declares its members in atomicUpdateGroup (ids from 32768, as Druid's non-root partition ids).
+
+
+def test_an_incomplete_group_over_roots_that_cannot_be_served_in_full_overshadows_them() -> None:
+    """testAddOvershadowedChunkToIncompletePartition: group {32768, 32769} over roots 0..2, only 32768 online; root 1
+    arrives and is overshadowed (roots 0 and 2 exist nowhere, so the old data cannot be served in full)."""
+    tl = Timeline("wiki")
+    group = (32768, 32769)
+    online(tl, seg(32768, over=(0, 1, 2), aug=group))
+    online(tl, seg(1))
+    assert states(tl) == {"v1/1": "overshadowed", "v1/32768": "visible"}
+
+
+def test_a_complete_older_generation_sends_an_incomplete_newer_group_to_standby() -> None:
+    """testAddCompleteOvershadowedToInCompletePartition: group {32768, 32769, 32770} over roots 0..1 with two of three
+    online; root 0 alone is overshadowed, with root 1 the roots are complete and the group waits in standby."""
+    tl = Timeline("wiki")
+    group = (32768, 32769, 32770)
+    online(tl, seg(32768, over=(0, 1), aug=group), seg(32769, over=(0, 1), aug=group))
+    online(tl, seg(0))
+    assert states(tl) == {"v1/0": "overshadowed", "v1/32768": "visible", "v1/32769": "visible"}
+    online(tl, seg(1))
+    assert states(tl) == {"v1/0": "visible", "v1/1": "visible", "v1/32768": "standby", "v1/32769": "standby"}
+
+
+def test_the_older_generation_returns_when_the_last_member_of_the_newer_goes_offline() -> None:
+    """testRemoveChunkFromCompleteParition: root 1, then the complete group {32768, 32769} over roots 0..1 hides it;
+    one member offline: the other still serves (root 0 exists nowhere); both offline: root 1 is visible again."""
+    tl = Timeline("wiki")
+    group = (32768, 32769)
+    online(tl, seg(1))
+    online(tl, seg(32768, over=(0, 1), aug=group), seg(32769, over=(0, 1), aug=group))
+    assert states(tl) == {"v1/1": "overshadowed", "v1/32768": "visible", "v1/32769": "visible"}
+    tl.unannounce(seg(32768).id, "h1")
+    assert states(tl)["v1/1"] == "overshadowed" and states(tl)["v1/32769"] == "visible"
+    tl.unannounce(seg(32769).id, "h1")
+    assert states(tl)["v1/1"] == "visible"
