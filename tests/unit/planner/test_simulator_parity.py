@@ -192,3 +192,41 @@ def test_json_queue_entries_carry_purpose_replica_and_from_in_a_snapshot_before_
     assert sum(len(s["queue"]) for s in doc["planned"].values()) == len(planned) > 0
     assert all(not s["queue"] for s in doc["servers"].values())
     assert len(doc["servers"]["h1"]["loaded"]) > len(doc["planned"]["h1"]["loaded"])
+
+
+def test_planning_on_the_simulators_fold_decides_as_the_reference_on_a_snapshot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every full run on the simulator's fold decides what ``plan`` decides on a fresh snapshot of the same cluster
+    (the fold keeps no second placement: its view is the snapshot)."""
+    import coordinator.planner.simulator as simulator
+    from coordinator.planner.planner import plan
+
+    doc = {"now": NOW, "servers": servers(4), "segments": [hourly(f"ds{d}", 20) for d in range(2)],
+           "rules": {"_default": [{"type": "loadForever", "tieredReplicants": {"_default_tier": 2}}]},
+           "failureRate": 0.2, "seed": 5, "runs": 6, "loadTimeMillis": 90_000,  # queues carry over runs
+           "dynamicConfig": {"smartSegmentLoading": False, "maxSegmentsInNodeLoadingQueue": 8,
+                             "replicationThrottleLimit": 6, "maxSegmentsToMove": 4},
+           "events": [{"beforeRun": 2, "type": "add_server", "name": "h9", "maxSizeBytes": 10**11},
+                      {"beforeRun": 4, "type": "decommission", "name": "h1"},
+                      {"beforeRun": 5, "type": "server_adds_segments", "server": "h2",
+                       "segments": _ids("ds0", 5)}]}
+    sim = Simulator(Scenario.parse(doc))
+    compared = []
+    real = simulator.plan_state
+
+    def checked(state: PlacementState, now: int, run: int, *args: Any, **kwargs: Any) -> Any:
+        reference = plan(sim.view(run), compute_cost=False)
+        result = real(state, now, run, *args, **kwargs)
+
+        def key(p: Any) -> list[tuple[object, ...]]:
+            return [(c.type, c.server, str(c.segment), c.source, c.stage, c.reason) for c in p.commands]
+
+        assert key(result) == key(reference), f"run {run}"
+        assert result.mark_unused == reference.mark_unused
+        compared.append(len(result.commands))
+        return result
+
+    monkeypatch.setattr(simulator, "plan_state", checked)
+    reports = sim.run(planner="full", compute_cost=False)
+    assert len(compared) == 6 and sum(compared) > 50
+    assert any(r.planned[n][2] and r.servers[n][2] for r in reports for n in r.servers)  # queues carried over
