@@ -31,7 +31,8 @@ T0 = parse_instant("2024-01-01")
 NOW = parse_instant("2026-01-01")
 
 
-def build(n_segments: int, n_servers: int) -> PlacementState:
+def build(n_segments: int, n_servers: int, now: int = NOW) -> PlacementState:
+    """A placement of ``n_segments`` hourly segments (10 data sources), each loaded on 2 of ``n_servers``."""
     st = PlacementState()
     names = [f"h{i:03d}" for i in range(n_servers)]
     for name in names:
@@ -47,7 +48,7 @@ def build(n_segments: int, n_servers: int) -> PlacementState:
             k += 1
     st.touched_segments = set()
     st.dirty = set()
-    st.start = st.last_event_at = NOW
+    st.start = st.last_event_at = now
     return st
 
 

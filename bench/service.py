@@ -12,6 +12,11 @@ Three measurements, each against a fresh topic prefix and an empty state folder:
    announces (``--paced`` events at ``--rate`` per second); latency = time the visibility change is read by a
    consumer minus the time its input was produced (both wall clock in this process), p50 / p99 / max; and the
    p99 as a ratio against Druid's 60 s coordinator / metadata poll period.
+4. **Placement latency** (``--only placement``): publish request -> ``load_segment`` on a cluster of ``--servers``
+   holding ``--preload`` segments x 2 replicas, first with ``segcoord run --planner full`` (every run plans the
+   whole cluster: the baseline) and then with the incremental planner, and the ratio of their p99s.
+   ``--preload-via direct`` (the default above 10k segments) writes the preloaded placement into the planner's
+   store before the worker starts; ``lockbox`` reaches it through lock requests and real loads.
 
 Baseline in the same run: a pure in-process fold of the same events (decode + ``Timelines.apply``, decode +
 ``Lockbox.handle``), printed with the service/fold ratio.
@@ -301,18 +306,73 @@ def await_lock_version(bootstrap: str, topics: Topics, request_id: str, timeout:
     raise SystemExit(f"no LockGranted for {request_id} within {timeout:.0f}s")
 
 
+def preload_store(state_dir: Path, servers: int, preload: int, now: int) -> None:
+    """Write the planner agent's store as a worker that already placed ``preload`` hourly segments x 2 replicas on
+    ``servers`` servers would have left it (the state of :func:`bench.incremental.build`, stored through the
+    placement codec, the one stored form), so a 1M-segment cluster is reached in a minute instead of hours of
+    loads through the broker. The worker restores it at start; its other agents start empty."""
+    from bench.incremental import build
+    from coordinator.placement import codec
+    from streaming.service import planner_agent
+    from streaming.service.state import AgentStateStore
+
+    st = build(preload, servers, now)
+    with AgentStateStore(state_dir / planner_agent.STORE_NAME, planner_agent.FORMAT_VERSION) as store:
+        entries = codec.entries(st, {"runs": 0})
+        for i in range(0, len(entries), 100_000):
+            batch = store.batch()
+            for family, key, value in entries[i:i + 100_000]:
+                if value is not None:
+                    batch.put(f"{family}/{key}".encode(), value)
+            store.commit(batch)
+
+
+def published_at(bootstrap: str, topics: Topics, data_source: str) -> dict[str, float]:
+    """Segment id -> log-append time (s) of its ``segments_published`` on ``segments``, for one data source."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                  "enable.auto.commit": False})
+    tp = TopicPartition(topics.name(SEGMENTS), 0, 0)
+    end = int(c.get_watermark_offsets(tp, timeout=10)[1])
+    c.assign([tp])
+    out: dict[str, float] = {}
+    try:
+        pos = 0
+        while pos < end:
+            m = c.poll(1.0)
+            if m is None or m.error() is not None:
+                continue
+            pos = m.offset() + 1
+            if b'"segments_published"' not in m.value() or data_source.encode() not in m.value():
+                continue
+            ev = decode(m.value()).event
+            if isinstance(ev, SegmentsPublished):
+                for seg in ev.segments:
+                    out.setdefault(str(seg.id), m.timestamp()[1] / 1000)
+    finally:
+        c.close()
+    return out
+
+
 def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, paced: int, rate: float,
-                      planner: str = "incremental") -> float | None:
+                      planner: str = "incremental", direct: bool = False) -> float | None:
     """Publish request -> LoadSegment latency, on a cluster of ``servers`` holding ``preload`` segments.
 
     A task locks ten years of one dataSource; ``preload`` hourly segments are published (in requests of 500) and
-    loaded (2 replicas, Druid's default rule; :class:`Historicals` answers every command at once); then
+    loaded (2 replicas, Druid's default rule; :class:`Historicals` answers every command at once), or, with
+    ``direct``, restored by the worker from a planner store written before it starts (:func:`preload_store`:
+    the same state, reached in a minute instead of hours at 1M segments); then
     ``paced`` PublishRequested of one new segment each at ``rate``/s. Latency = the LoadSegment of the segment
     read on ``commands`` minus the time its publish request was produced (it goes request -> lockbox agent
     -> SegmentsPublished -> planner agent -> LoadSegment)."""
     topics = Topics(f"bench{uuid.uuid4().hex[:8]}.")
     create_topics(bootstrap, topics, partitions=1)
-    worker = Worker(bootstrap, topics, work / f"state-placement-{planner}", work / f"placement-{planner}.log", planner)
+    state_dir = work / f"state-placement-{planner}"
+    if direct:
+        t0 = time.perf_counter()
+        preload_store(state_dir, servers, preload, int(time.time() * 1000))
+        print(f"placement: the planner's store preloaded with {preload} segments x 2 on {servers} servers "
+              f"in {time.perf_counter() - t0:.1f}s")
+    worker = Worker(bootstrap, topics, state_dir, work / f"placement-{planner}.log", planner)
     hist = Historicals(bootstrap, topics)
     producer = EventProducer(bootstrap, topics, extra={"linger.ms": 0})
     try:
@@ -336,20 +396,35 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             return SegmentDescriptor(ds, Interval(T0 + hour * HOUR, T0 + (hour + 1) * HOUR), version, 0, 1_000_000)
 
         started = time.perf_counter()
-        for b in range(0, preload, 500):
-            segs = tuple(seg(d) for d in range(b, min(preload, b + 500)))
-            producer.send(Envelope(PublishRequested(request_id=f"pre-{b}", task_id="t1", segments=segs),
-                                   f"pre-{b}", at(), ds))
-        producer.flush()
-        deadline = time.monotonic() + 900
-        while sum(n >= 2 for n in list(hist.first_copies.values())) < preload:
-            if worker.proc.poll() is not None:
-                raise SystemExit(f"segcoord run exited; see {worker.log}")
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the preload was not loaded within 900 s; see {worker.log}")
-            time.sleep(0.2)
-        print(f"placement: {servers} servers, {preload} segments x 2 replicas loaded "
-              f"({hist.loads} loads) in {time.perf_counter() - started:.1f}s")
+        deadline = time.monotonic() + 3600
+        if not direct:
+            for b in range(0, preload, 500):
+                segs = tuple(seg(d) for d in range(b, min(preload, b + 500)))
+                producer.send(Envelope(PublishRequested(request_id=f"pre-{b}", task_id="t1", segments=segs),
+                                       f"pre-{b}", at(), ds))
+            producer.flush()
+            deadline = time.monotonic() + 900
+            while sum(n >= 2 for n in list(hist.first_copies.values())) < preload:
+                if worker.proc.poll() is not None:
+                    raise SystemExit(f"segcoord run exited; see {worker.log}")
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the preload was not loaded within 900 s; see {worker.log}")
+                time.sleep(0.2)
+            print(f"placement: {servers} servers, {preload} segments x 2 replicas loaded "
+                  f"({hist.loads} loads) in {time.perf_counter() - started:.1f}s")
+        else:  # a probe: the planner restored its store and plans (its first full run is behind it)
+            probe = seg(0)
+            producer.send(Envelope(PublishRequested(request_id="probe", task_id="t1", segments=(probe,)),
+                                   "probe", at(), ds))
+            producer.flush()
+            while str(probe.id) not in hist.loads_read:
+                if worker.proc.poll() is not None:
+                    raise SystemExit(f"segcoord run exited; see {worker.log}")
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"no load of the probe within 3600 s; see {worker.log}")
+                time.sleep(0.2)
+            print(f"placement: the worker restored and planned a probe {time.perf_counter() - started:.1f}s "
+                  "after the lock was granted")
         # settle: the worker reads the answers and its own commands back; measure a caught-up service
         quiet_since, last = time.monotonic(), None
         while time.monotonic() - quiet_since < 5.0 and time.monotonic() < deadline:
@@ -361,8 +436,9 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
         print(f"  settled {time.perf_counter() - started:.1f}s after the preload began")
         sent_at: dict[str, float] = {}
         began = time.perf_counter()
+        first = 1 if direct else preload
         for i in range(paced):
-            s = seg(preload + i)
+            s = seg(first + i)
             sent_at[str(s.id)] = time.time()
             producer.send(Envelope(PublishRequested(request_id=f"pub-{i}", task_id="t1", segments=(s,)),
                                    f"pub-{i}", at(), ds))
@@ -374,6 +450,7 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
         deadline = time.monotonic() + 60
         while any(k not in hist.loads_read for k in sent_at) and time.monotonic() < deadline:
             time.sleep(0.1)
+        published = published_at(bootstrap, topics, ds)
     finally:
         hist.stop()
         worker.stop()
@@ -389,6 +466,15 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
           f"p99 / 60 s Druid poll = {p99 / 60_000:.5f}")
     print(f"  of which request -> worker's LoadSegment produced: p50 {statistics.median(inside):.1f} ms, "
           f"p99 {inside[min(len(inside) - 1, int(len(inside) * 0.99))]:.1f} ms")
+    lockbox = sorted((published[k] - sent_at[k]) * 1000 for k in sent_at if k in published)
+    planner_s = sorted((hist.loads_created[k] - published[k]) * 1000 for k in sent_at
+                       if k in published and k in hist.loads_created)
+    if lockbox and planner_s:
+        print(f"  request -> segments_published (lockbox agent): p50 {statistics.median(lockbox):.1f} ms, "
+              f"p99 {lockbox[min(len(lockbox) - 1, int(len(lockbox) * 0.99))]:.1f} ms; "
+              f"segments_published -> load_segment (planner agent): p50 {statistics.median(planner_s):.1f} ms, "
+              f"p99 {planner_s[min(len(planner_s) - 1, int(len(planner_s) * 0.99))]:.1f} ms")
+    return p99
 
 
 def main() -> None:
@@ -400,6 +486,9 @@ def main() -> None:
     parser.add_argument("--servers", type=int, default=10)
     parser.add_argument("--preload", type=int, default=10_000)
     parser.add_argument("--only", choices=("timeline", "placement", "lockbox"), default=None)
+    parser.add_argument("--preload-via", choices=("lockbox", "direct"), default=None,
+                        help="how the placement preload is reached: through the lockbox and real loads, or "
+                             "written into the planner's store before it starts (default: direct above 10k)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
@@ -422,8 +511,11 @@ def main() -> None:
                 latency(bootstrap, tl_topics, args.paced, args.rate)
                 tl_worker.stop()
             if args.only in (None, "placement"):
-                base = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate, "full")
-                p99 = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate)
+                direct = (args.preload_via or ("direct" if args.preload > 10_000 else "lockbox")) == "direct"
+                base = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate, "full",
+                                         direct)
+                p99 = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate,
+                                        "incremental", direct)
                 if base and p99:
                     print(f"placement p99: incremental / full-plan baseline = {p99 / base:.4f} "
                           f"({p99:.1f} ms vs {base:.1f} ms)")

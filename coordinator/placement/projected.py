@@ -26,7 +26,10 @@ adds the fold of events on top; this module knows nothing of events.
 ``loaded_in[s][tier]`` (holders per tier), ``pending_in[s][tier]``, and per tier the
 ``replica_loads`` in flight (plain queued loads of segments the tier already holds;
 the replication throttle counts them). A server's cost cache, once built, holds
-exactly its projected segments.
+exactly its projected segments. ``used_index[data source]`` holds the used segments by
+interval, so marking overshadowed segments can look at the neighbourhood of what changed
+(``mark_pending``: every segment whose used flag or projection changed since the planner
+last marked) instead of every used segment.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any, Literal
 
 from coordinator.balancer.cost_cache import ServerCostCache
 from coordinator.placement.records import InFlight, ServerFacts
+from coordinator.timeline.index import IntervalIndex
 from events.segment import SegmentDescriptor, SegmentId
 
 Purpose = Literal["loading", "decommissioning", "balancing"]
@@ -152,6 +156,11 @@ class Projected:
         self.replica_loads: Counter[str] = Counter()
         self.caches: dict[str, ServerCostCache] = {}
         self.touched_segments: set[SegmentId] = set()  # every segment whose projection changed (callers drain it)
+        # overshadowed marking: used segments by data source and interval, and the segments whose used flag or
+        # projection changed since the planner last marked (``mark_all``: it must look at every segment)
+        self.used_index: dict[str, IntervalIndex[SegmentId, SegmentId]] = {}
+        self.mark_pending: set[SegmentId] = set()
+        self.mark_all = True
         self.dirty: set[tuple[str, str]] = set()  # (family, key) of changed facts, for the adapters' stores
 
     # -- reading (the planner's view) -----------------------------------------------------------
@@ -298,17 +307,34 @@ class Projected:
         if new or used:
             self.segments[sid] = seg
         self.by_text[str(sid)] = sid
-        if used is True and sid not in self.used:
-            self.used.add(sid)
-            self.touched_segments.add(sid)
+        if used is True or sid in self.used:
+            self.set_used(sid)
         self.dirty.add(("seg", str(sid)))
         for name in sorted(self._unknown_refs.pop(sid, ())) if new else ():
             self._refresh(name, sid)
 
+    def set_used(self, sid: SegmentId) -> None:
+        """The segment is used (indexed by interval once its descriptor is known)."""
+        if sid not in self.used:
+            self.used.add(sid)
+            self.touched_segments.add(sid)
+            self.mark_pending.add(sid)
+            self.dirty.add(("seg", str(sid)))
+        seg = self.segments.get(sid)
+        index = self.used_index.setdefault(sid.data_source, IntervalIndex())
+        if seg is not None and sid not in index:
+            index.add(sid, seg.interval, sid)
+
     def mark_unused(self, sid: SegmentId) -> None:
         if sid in self.used:
             self.used.discard(sid)
+            index = self.used_index.get(sid.data_source)
+            if index is not None and sid in index:
+                index.remove(sid)
+                if not len(index):
+                    del self.used_index[sid.data_source]
             self.touched_segments.add(sid)
+            self.mark_pending.add(sid)
             self.dirty.add(("seg", str(sid)))
 
     def hold(self, name: str, sid: SegmentId, held: bool) -> None:
@@ -427,6 +453,7 @@ class Projected:
         if old == new:
             return
         self.touched_segments.add(sid)
+        self.mark_pending.add(sid)
         cache = self.caches.get(name)
         if old is not None:
             self._contribute(name, sid, old, -1)

@@ -326,7 +326,7 @@ class PlacementState(Projected):
         for seg in segments:
             st.learn(seg, None)
         for sid in used:
-            st.used.add(sid)
+            st.set_used(sid)
         queued: list[tuple[str, QueueItem]] = []
         for name, facts, loaded, queue in servers:
             st.set_server(name, facts)

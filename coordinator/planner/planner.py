@@ -522,26 +522,57 @@ class _Run:
 
     # -- overshadowed ---------------------------------------------------------------------
     def mark_overshadowed(self) -> None:
+        """Mark used segments unused that what is served overshadows (after ``millisToWaitBeforeDeleting``).
+
+        A full run (or the first marking run after a start or after the wait passed) looks at every data source
+        whose versions overlap. A scoped run looks only around the segments whose used flag or holders changed
+        since the last marking run (``mark_pending``): whether a segment is overshadowed depends only on the
+        used segments that share an instant with it, so the candidates are the used segments overlapping a
+        changed one, each judged on a timeline of everything overlapping the candidates. Rules decide which
+        segments need no replicas (they count as served); rule changes and the passing of time come with
+        full runs, so the neighbourhoods of changed segments are all that can change in between."""
         p = self.p
         if not self.marking or self.now < self.start + self.config.millis_to_wait_before_deleting:
+            if p.mark_all:
+                p.mark_pending.clear()  # a full marking comes first anyway
             return
-        by_source: dict[str, list[SegmentDescriptor]] = {}
-        for sid in p.used:
-            by_source.setdefault(sid.data_source, []).append(p.segments[sid])
-        for source, segments in sorted(by_source.items()):
-            if not _versions_overlap(segments):
-                continue  # nothing can be overshadowed
-            online: dict[SegmentId, tuple[SegmentDescriptor, Iterable[str]]] = {}
-            for seg in segments:
-                sid = seg.id
-                servers = sorted(self.p.holders.get(sid, ()))
-                target = self.target_of(sid)
-                if not servers and target is not None and target.kind == "load" and target.total == 0:
-                    servers = ["(needs no replicas)"]
-                if servers:
-                    online[sid] = (seg, servers)
-            timeline = Timeline.build(source, segments, online)
-            for sid in timeline.overshadowed_used():
+        pending, p.mark_pending = p.mark_pending, set()
+        if self.scope is None or p.mark_all:
+            p.mark_all = False
+            by_source: dict[str, list[SegmentDescriptor]] = {}
+            for sid in p.used:
+                by_source.setdefault(sid.data_source, []).append(p.segments[sid])
+            for source, segments in sorted(by_source.items()):
+                self._mark_in(source, segments, None)
+            return
+        candidates: dict[str, set[SegmentId]] = {}
+        for sid in pending:
+            index = p.used_index.get(sid.data_source)
+            seg = p.segments.get(sid)
+            if index is not None and seg is not None:
+                candidates.setdefault(sid.data_source, set()).update(index.overlapping(seg.interval))
+        for source, near in sorted(candidates.items()):
+            index = p.used_index[source]
+            context = set(near)
+            for sid in near:
+                context.update(index.overlapping(p.segments[sid].interval))
+            self._mark_in(source, [p.segments[sid] for sid in sorted(context)], near)
+
+    def _mark_in(self, source: str, segments: list[SegmentDescriptor], only: set[SegmentId] | None) -> None:
+        if not _versions_overlap(segments):
+            return  # nothing can be overshadowed
+        online: dict[SegmentId, tuple[SegmentDescriptor, Iterable[str]]] = {}
+        for seg in segments:
+            sid = seg.id
+            servers = sorted(self.p.holders.get(sid, ()))
+            target = self.target_of(sid)
+            if not servers and target is not None and target.kind == "load" and target.total == 0:
+                servers = ["(needs no replicas)"]
+            if servers:
+                online[sid] = (seg, servers)
+        timeline = Timeline.build(source, segments, online)
+        for sid in timeline.overshadowed_used():
+            if only is None or sid in only:
                 self.unused.append((sid, "overshadowed by served segments"))
 
     # -- the run ----------------------------------------------------------------------------
@@ -616,14 +647,15 @@ class _Run:
 
 
 def _versions_overlap(segments: list[SegmentDescriptor]) -> bool:
-    """Whether two segments of different versions share an instant (a sweep in start order)."""
+    """Whether two segments of different time chunks (interval and version) share an instant (a sweep in start
+    order); when none do, nothing can overshadow anything (partitions of one chunk never hide each other)."""
     ordered = sorted(segments, key=lambda s: (s.interval.start, s.interval.end))
-    reach, versions = -(1 << 62), set[str]()
+    reach, chunks = -(1 << 62), set[tuple[int, int, str]]()
     for seg in ordered:
         if seg.interval.start >= reach:
-            versions = set()
-        versions.add(seg.version)
-        if len(versions) > 1:
+            chunks = set()
+        chunks.add((seg.interval.start, seg.interval.end, seg.version))
+        if len(chunks) > 1:
             return True
         reach = max(reach, seg.interval.end)
     return False
