@@ -486,6 +486,8 @@ def main() -> None:
     parser.add_argument("--servers", type=int, default=10)
     parser.add_argument("--preload", type=int, default=10_000)
     parser.add_argument("--only", choices=("timeline", "placement", "lockbox"), default=None)
+    parser.add_argument("--planner", choices=("both", "full", "incremental"), default="both",
+                        help="placement: the full-plan baseline, the incremental planner, or both (the ratio)")
     parser.add_argument("--preload-via", choices=("lockbox", "direct"), default=None,
                         help="how the placement preload is reached: through the lockbox and real loads, or "
                              "written into the planner's store before it starts (default: direct above 10k)")
@@ -512,10 +514,13 @@ def main() -> None:
                 tl_worker.stop()
             if args.only in (None, "placement"):
                 direct = (args.preload_via or ("direct" if args.preload > 10_000 else "lockbox")) == "direct"
-                base = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate, "full",
-                                         direct)
-                p99 = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate,
-                                        "incremental", direct)
+                base = p99 = None
+                if args.planner in ("both", "full"):
+                    base = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate,
+                                             "full", direct)
+                if args.planner in ("both", "incremental"):
+                    p99 = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate,
+                                            "incremental", direct)
                 if base and p99:
                     print(f"placement p99: incremental / full-plan baseline = {p99 / base:.4f} "
                           f"({p99:.1f} ms vs {base:.1f} ms)")

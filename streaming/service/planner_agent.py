@@ -184,6 +184,7 @@ class PlannerAgent:
         c = self.counters
         trigger: tuple[tuple[str, int, int], str] | None = None
         touched = Touched()
+        causes: dict[SegmentId, str] = {}  # segment -> the last input of the batch that touched it
         for rec in records:
             logical = self._logical(rec.topic)
             env = admit(rec, logical, self._next, batch, c, self._bad)
@@ -203,9 +204,10 @@ class PlannerAgent:
             touched.merge(t)
             if t.trigger:
                 trigger = (("planner:" + rec.topic, rec.partition, rec.offset), env.event_id)
+                causes.update(dict.fromkeys(t.segments, env.event_id))
         emitted = 0
         if trigger is not None and self._may_decide() and not (touched.answered_own and not self.deferred):
-            emitted = self._plan_and_emit(self.state.last_event_at, touched, *trigger)
+            emitted = self._plan_and_emit(self.state.last_event_at, touched, *trigger, causes)
         self.sink.flush()
         if emitted:
             _fault_point(self._next)
@@ -272,7 +274,8 @@ class PlannerAgent:
         self.last_plan = result
         return result
 
-    def _plan_and_emit(self, now: int, touched: Touched, position: tuple[str, int, int], cause: str | None) -> int:
+    def _plan_and_emit(self, now: int, touched: Touched, position: tuple[str, int, int], cause: str | None,
+                       causes: dict[SegmentId, str]) -> int:
         """An input-triggered run. Publishes, announces, unannounces and refusals plan the segments they touched
         (plus those earlier runs left short); a server, rule or config change runs in full and balances (Druid
         balances once per coordinator period: publishes and announces get their loads and drops at once, the
@@ -281,9 +284,13 @@ class PlannerAgent:
             result = self._run(now, None, balance=touched.cluster and self.balancing, mark=False)
         else:
             result = self._run(now, touched.segments | self.deferred, balance=False, mark=False)
-        return self._emit(result, now, position, cause)
+        return self._emit(result, now, position, cause, causes)
 
-    def _emit(self, result: Plan, now: int, position: tuple[str, int, int], cause: str | None) -> int:
+    def _emit(self, result: Plan, now: int, position: tuple[str, int, int], cause: str | None,
+              causes: dict[SegmentId, str] | None = None) -> int:
+        """Send a run's commands and marks. A command's causation is the input of the batch that last touched
+        its segment (a publish for its loads, even when a rule change on another topic came after it in the
+        same batch), else the batch's last trigger (the timer run's: none)."""
         topic, partition, offset = position
         index = 0
 
@@ -295,7 +302,7 @@ class PlannerAgent:
 
         sent = 0
         for cmd in result.commands:
-            sent += self._emit_command(cmd, now, cause)
+            sent += self._emit_command(cmd, now, causes.get(cmd.segment, cause) if causes else cause)
         by_source: dict[str, list[tuple[SegmentId, str]]] = {}
         for sid, reason in result.mark_unused:
             by_source.setdefault(sid.data_source, []).append((sid, reason))

@@ -114,15 +114,13 @@ def test_publish_loads_at_once_and_drop_rule_unloads(kafka_bootstrap: str, topic
             {"type": "loadForever", "tieredReplicants": {"hot": 1}},)), "rules/wiki")
         segments = (seg(0), seg(1), seg(2))
         published = send(kafka_bootstrap, topics, SegmentsPublished(task_id="t1", segments=segments), "wiki")
-        sent_at = time.monotonic()
 
-        # LoadSegment for each segment, one replica each, caused by the publish, well before the 60 s timer
+        # LoadSegment for each segment, one replica each, caused by the publish (timer runs have no causation)
         def load_commands() -> list[Envelope[Event]]:
             got = [e for e in decoded(kafka_bootstrap, topics, COMMANDS) if isinstance(e.event, LoadSegment)]
             return got if len(got) >= 3 else []
 
         loads = wait_for("3 loads", load_commands, service)
-        assert time.monotonic() - sent_at < 10
         assert len(loads) == 3
         assert sorted(str(e.event.segment.id) for e in loads) == sorted(str(s.id) for s in segments)  # type: ignore[attr-defined]
         assert {e.causation_id for e in loads} == {published.event_id}
@@ -137,9 +135,6 @@ def test_publish_loads_at_once_and_drop_rule_unloads(kafka_bootstrap: str, topic
         answers = wait_for("announces", announced, service)
         assert {answers[e.event_id] for e in loads} <= {"h1", "h2"}
 
-        # the planner saw the answers: nothing is in flight; no further loads were issued
-        time.sleep(1.5)
-        assert len([e for e in decoded(kafka_bootstrap, topics, COMMANDS) if isinstance(e.event, LoadSegment)]) == 3
 
         # dropForever: marked unused on `segments`, and every copy dropped
         rule_change = send(kafka_bootstrap, topics, RulesSet(data_source="wiki", rules=({"type": "dropForever"},)),
@@ -161,6 +156,8 @@ def test_publish_loads_at_once_and_drop_rule_unloads(kafka_bootstrap: str, topic
         assert len(drops) == 3 and {e.causation_id for e in gone} == {e.event_id for e in drops}
         assert {(e.event.server, e.event.segment_id) for e in gone} == {  # type: ignore[attr-defined]
             (answers[e.event_id], str(e.event.segment.id)) for e in loads}  # type: ignore[attr-defined]
+        # the planner counted the answers: no further load was ever issued
+        assert len([e for e in decoded(kafka_bootstrap, topics, COMMANDS) if isinstance(e.event, LoadSegment)]) == 3
         time.sleep(1.0)
     assert service.stop() == 0
 
