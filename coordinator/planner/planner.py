@@ -618,7 +618,8 @@ class _Run:
         self.cancel_on_decommissioning(0)                                           # 0
         loading = self.shares["loading"]
         self.loading_stages(1, loading, True)                                       # 1-4
-        self.budget("")  # every tier's move budget, as of the end of the first loading stages
+        if self.balancing or p.decommissioning:
+            self.budget("")  # every tier's move budget, as of the end of the first loading stages
         self.drain(5, self.shares["decommissioning"])                              # 5
         self.loading_stages(6, loading + self.shares["decommissioning"], False)    # 6
         self.balance(7, self.shares["balancing"], True, record=True)               # 7
@@ -635,9 +636,10 @@ class _Run:
         metrics: dict[str, object] = {}
         for key, value in sorted(self.metrics.items()):
             _put(metrics, key, value)
-        for name in sorted(p.tier_of):
-            _put(metrics, f"segment/loadQueue/count/{name}", p.queue_size(name))
-            _put(metrics, f"segment/dropQueue/count/{name}", len(p.dropping[name]))
+        if self.scope is None or self.balancing or self.marking:  # full and timer runs: not a publish's own run
+            for name in sorted(p.tier_of):  # O(servers): an event's scoped run costs its segments alone
+                _put(metrics, f"segment/loadQueue/count/{name}", p.queue_size(name))
+                _put(metrics, f"segment/dropQueue/count/{name}", len(p.dropping[name]))
         metrics["segment/markedUnused/count"] = len(self.unused)
         if cost_before is not None:
             metrics["balancer/cost/before"] = cost_before
