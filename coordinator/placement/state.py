@@ -88,13 +88,9 @@ class Touched:
 
 
 def command_purpose(event: LoadSegment | DropSegment) -> str:
-    """The queue share a command counts against, from its ``purpose`` (older payloads: its move id)."""
-    purpose = getattr(event, "purpose", None)
-    if isinstance(purpose, str) and purpose:
-        return purpose if purpose in ("decommissioning", "balancing") else "loading"
-    if event.move_id is None:
-        return "loading"
-    return "decommissioning" if event.reason.startswith("draining") else "balancing"
+    """Why the command was issued: its ``purpose`` field (v1 payloads get one from the upcaster on decode; the
+    reason text is never read). The queue share it counts against follows from it (see ``projected``)."""
+    return event.purpose
 
 
 class PlacementState(Projected):
