@@ -261,11 +261,14 @@ class PlacementState(Projected):
     def expire(self, now: int) -> Touched:
         """Settle the commands sent more than ``load_timeout_ms`` before ``now``: no longer in flight."""
         self.touched_segments = set()
+        settled: set[SegmentId] = set()
         for cid, item in sorted(self.queue.items()):
             if now - item.sent_at > self.load_timeout_ms:
                 self.settle(cid)
+                settled.add(item.segment)
         touched = Touched(segments=self.touched_segments, trigger=bool(self.touched_segments))
         self.touched_segments = set()
+        self._forget(settled)  # as an answer's event would: an unused segment with nothing left in flight goes
         return touched
 
     def _forget(self, sids: Iterable[SegmentId]) -> None:
@@ -303,7 +306,14 @@ class PlacementState(Projected):
         cancel_id = command_id("cancel", cancels) if cancels is not None else \
             self.fresh_command_id("cancel", name, str(sid))
         self.cancelled(cancel_id, name, sid, cancels)
+        self._forget([sid])  # as the cancel's event would (an unused segment with nothing left in flight)
         return cancel_id, cancels, item
+
+    def mark_unused(self, sid: SegmentId) -> None:
+        """No longer used; forgotten at once when nothing else needs it (a planner's mark, folded as its
+        ``SegmentsMarkedUnused`` would be)."""
+        super().mark_unused(sid)
+        self._forget([sid])
 
     # -- building ---------------------------------------------------------------------------------
     @staticmethod

@@ -221,15 +221,19 @@ class PlannerAgent:
         every segment (a full run) on its first tick and then every ``FULL_RUN_EVERY_MS`` (period rules move
         segments between rules as time passes)."""
         st = self.state
-        if st.start is None or not self._may_decide():
-            return 0  # nothing ever happened, or nothing can be decided
+        if st.start is None:
+            return 0  # nothing ever happened
         now = max(wall_ms, st.last_event_at)
         expired = st.expire(now)
+        if not self._may_decide():  # nothing can be decided: keep what timed out
+            if st.dirty:
+                self._commit(self.store.batch())
+            return 0
         full = not self.incremental or self.last_full_run is None or now - self.last_full_run >= FULL_RUN_EVERY_MS
         scope = None if full else expired.segments | self.deferred
         result = self._run(now, scope, balance=self.balancing, mark=True)
         if not result.commands and not result.mark_unused:
-            if expired.segments:
+            if st.dirty:  # timed-out commands settled (a move's drop half touches no segment's projection)
                 self._commit(self.store.batch())
             return 0
         pre = self.store.batch()  # the run number first: its ids are never reused for other content
