@@ -10,7 +10,8 @@
   enters the queue), and every load (announce) or drop (unannounce) in flight for the
   same server and segment.
 - ``SegmentLoadRefused``: the load it names (and its causation) is settled, and with a
-  move's load the move's drop half (the source keeps its copy).
+  move's load the move's drop half (the source keeps its copy); the move is abandoned for
+  good (a drop half read after the refusal never enters the queue: :meth:`move_abandoned`).
 - ``LoadSegment`` / ``DropSegment`` read back from ``commands``: in flight, unless already
   settled; the log's copy wins over one enqueued when the command was decided, keeping
   the time first sent and any ``source`` learnt. A move's drop half tells its load half
@@ -93,6 +94,11 @@ def command_purpose(event: LoadSegment | DropSegment) -> str:
     return event.purpose
 
 
+def _abandoned(move_id: str) -> str:
+    """The settled id that records a refused move (stored with the other settled ids)."""
+    return command_id("move-abandoned", move_id)
+
+
 class PlacementState(Projected):
     """The placement fold's state; mutable, folded in place by :meth:`evolve` (see the module docstring)."""
 
@@ -165,6 +171,7 @@ class PlacementState(Projected):
             if event.move_id is not None:  # the source keeps its copy: the drop half is abandoned
                 for cid in self.of_move(event.move_id):
                     self.settle(cid)
+                self.settle(_abandoned(event.move_id))  # also a drop half not read yet
             t.trigger = True
         elif isinstance(event, ServerJoined):
             old = self.servers.get(event.server) or ServerFacts()
@@ -218,8 +225,8 @@ class PlacementState(Projected):
                 self.settle(env.event_id)
             return
         assert isinstance(event, LoadSegment | DropSegment)
-        if env.event_id in self.settled or self.settled_before(env.event_id):
-            return  # answered before we read it back
+        if self._known_settled(env.event_id) or (event.move_id is not None and self.move_abandoned(event.move_id)):
+            return  # answered before we read it back, or a half of a move whose load was refused
         if isinstance(event, LoadSegment):
             self.learn(event.segment, None)
             source = None
@@ -245,6 +252,13 @@ class PlacementState(Projected):
                 return  # our own command read back: nothing new
         self.enqueue(env.event_id, item)
         t.trigger = True
+
+    def _known_settled(self, cid: str) -> bool:
+        return cid in self.settled or self.settled_before(cid)
+
+    def move_abandoned(self, move_id: str) -> bool:
+        """Whether a load of the move was refused (or cancelled and then refused): its source keeps the copy."""
+        return self._known_settled(_abandoned(move_id))
 
     def cancelled(self, cancel_id: str, name: str, sid: SegmentId | None, cancels: str | None) -> None:
         """A cancel is out of the queues at once: the load it names (else the server's queued loads of the

@@ -91,7 +91,8 @@ def history(draw: st.DrawFn, size: int = 40) -> list[Envelope[Event]]:
                                       cancels=draw(st.sampled_from([None, cid])))
             event_id, cause = "x" + cid, None
         elif kind == "refuse":
-            event = SegmentLoadRefused(server=server, command_id=cid, segment_id=str(seg.id), reason="full")
+            event = SegmentLoadRefused(server=server, command_id=cid, segment_id=str(seg.id), reason="full",
+                                       move_id=draw(st.sampled_from([None, cid])))  # a move's load half: the move
         elif kind == "rules":
             tier = draw(st.sampled_from(TIERS))
             event = RulesSet(data_source=draw(st.sampled_from(["wiki", "_default"])),
