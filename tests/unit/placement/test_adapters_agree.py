@@ -203,3 +203,32 @@ def _without_runs(entries: list[codec.Entry]) -> list[codec.Entry]:
             value = orjson.dumps(meta)
         out.append((family, key, value))
     return out
+
+
+def test_a_server_that_left_keeps_its_holdings_in_replay_as_in_the_planner() -> None:
+    """The disagreement issue 12 found: the planner keeps a left server's holdings, replay dropped the server."""
+    from events.cluster import ServerJoined, ServerLeft
+    from events.schema import Instant
+    from events.segments import SegmentAnnounced, SegmentsPublished
+    from tests.unit.placement.history import POOL, T0
+
+    seg = POOL[0]
+    events: list[Envelope[Event]] = [
+        Envelope(ServerJoined(server="h1", tier="hot", max_size_bytes=1000), "e0", Instant(T0), "h1"),
+        Envelope(SegmentsPublished(task_id="t", segments=(seg,)), "e1", Instant(T0), "wiki"),
+        Envelope(SegmentAnnounced(server="h1", segment=seg), "e2", Instant(T0), "wiki"),
+        Envelope(ServerLeft(server="h1"), "e3", Instant(T0 + 1), "h1")]
+    log, fold = Log(), LogFold()
+    for env in events:
+        log.append(env)
+    for record in log.records:
+        fold.apply(record)
+    shown = fold.to_json()["placement"]
+    assert shown == {"h1": {"tier": "hot", "maxSizeBytes": 1000, "joined": False, "decommissioning": False,
+                            "usedBytes": seg.size, "segments": [str(seg.id)], "inFlight": []}}
+    with tempfile.TemporaryDirectory() as tmp, AgentStateStore(Path(tmp) / "planner", FORMAT_VERSION) as store:
+        agent = PlannerAgent(store, TOPICS, Collect(), LOAD_TIMEOUT_MS)
+        fresh = Log()
+        agent.process([fresh.append(env) for env in events])
+        planner = load_state(store, LOAD_TIMEOUT_MS)
+    assert planner.held == {"h1": {seg.id}} and not planner.servers["h1"].joined
