@@ -29,7 +29,8 @@ Replay prints it; :func:`audit` runs the same fold and checks, at every step:
   by an announce/unannounce of the same server and segment, by a ``CancelSegmentLoad``
   (the load it ``cancels``, else the server's queued loads of the segment: the
   coordinator withdrew it, nothing more is owed; the cancel itself needs no answer), or
-  by its server leaving (a removed server's queue vanishes with it).
+  by its server leaving (a removed server's queue vanishes with it). A drop of a segment the
+  fold never knew, or a half of a refused move read after the refusal, never enters the queue.
 """
 
 from __future__ import annotations
