@@ -158,6 +158,8 @@ class Historical:
         event, st = record.envelope.event, self.state
         if isinstance(event, LoadSegment) and event.move_id is not None:
             st.move_targets[event.move_id] = event.server
+            if event.move_id in st.waiting_drops:  # the drop half was read first
+                self._release_drops()
         if not isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad) or event.server != self.name:
             return
         if record.envelope.event_id in st.answered or (isinstance(event, LoadSegment)
