@@ -21,13 +21,30 @@ coordinator's next decision, not the cancel's.
 move's target (known from the LoadSegment with the same move id) announces the
 segment, and is abandoned (the copy stays) if the target refuses that load.
 
+**What it knows, and from where.** Two things, kept apart:
+
+- ``view``: the coordinator's placement, a :class:`~coordinator.placement.state.PlacementState`
+  fed with every event the server reads on ``segments``, ``cluster`` and ``commands`` (inputs once
+  per event id, as the planner agent counts them). The server folds no placement event with code
+  of its own: whether a move's target announced the segment (``view.held``), whether a move was
+  refused (``view.move_abandoned``), and on start what it announced itself, all come from the fold.
+- ``disk`` (:class:`_Disk`): the data server's own state, which no fold of the log can give: what it
+  has loaded *now* (it loads and announces at once; the coordinator learns it only when the
+  announce is read back, and after a crash between load and announce the disk and the log
+  differ), the commands it answered (its own answers' causation ids, and the loads it refused by
+  command id; a consumer's record of what it already did, so a restart answers nothing twice),
+  and its load queue. This is not a second copy of the coordinator fold: it is the
+  other side of it, the historical's, which the fold learns from through the announces; on start
+  it is seeded from the fold (``view.held`` of this server), then only the server changes it.
+  ``move_targets`` pairs a move's drop half with its load half's server (the command protocol);
+  whether that server holds the segment is the fold's.
+
 **Invariants.** Never more than ``max_size_bytes`` loaded. Every answer (announce,
 unannounce, refusal) carries the command's event id as its causation id and an
 id derived from the command's (topic, partition, offset), so a restarted server
 that re-reads a command emits an identical answer, which readers drop as a
-duplicate. The log is the source of truth: on start the server rebuilds what it
-holds and which commands it answered from its own events on ``segments`` and
-``cluster``, then follows ``commands``.
+duplicate. The log is the source of truth: on start the server rebuilds the view and
+its disk from ``segments`` and ``cluster``, then follows ``commands``.
 """
 
 from __future__ import annotations
@@ -38,6 +55,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 
+from coordinator.placement.state import PlacementState
 from events.cluster import SegmentLoadRefused, ServerJoined, ServerLeft
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.envelope import Envelope
@@ -68,15 +86,13 @@ def parse_size(text: str) -> int:
 
 
 @dataclass
-class _Holdings:
-    """What the server holds and which commands it answered, rebuilt from the log."""
+class _Disk:
+    """The server's own state (see the module docstring): what it loaded, what it answered, what waits."""
 
     loaded: dict[str, SegmentDescriptor] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)  # event ids of the commands answered
     refused: set[str] = field(default_factory=set)  # command ids of own refused (or cancelled) loads
-    announced: set[tuple[str, str]] = field(default_factory=set)  # (server, segment id) currently announced
-    move_targets: dict[str, tuple[str, str]] = field(default_factory=dict)  # move id -> (target, segment id)
-    refused_moves: set[str] = field(default_factory=set)
+    move_targets: dict[str, str] = field(default_factory=dict)  # move id -> the server its load half names
     waiting_drops: dict[str, Record] = field(default_factory=dict)  # move id -> its DropSegment
 
     @property
@@ -91,36 +107,46 @@ class Historical:
             raise ValueError("max size and load time must be non-negative")
         self.name, self.tier, self.max_size_bytes, self.load_ms = name, tier, max_size_bytes, load_ms
         self.bootstrap, self.topics = bootstrap, topics
-        self.state = _Holdings()
+        self.state = _Disk()
+        self.view = PlacementState()  # the coordinator's placement, as the fold says
+        self._seen: set[str] = set()  # segments/cluster event ids folded (the live consumer re-reads them)
         self._producer = EventProducer(bootstrap, topics)
         self._queue: deque[Record] = deque()  # loads and unconditional drops, in command order
         self._head_due: float | None = None  # monotonic time the head load completes (None: not started)
 
     # -- the log ----------------------------------------------------------------------
+    def _fold(self, record: Record) -> None:
+        """Fold one event into the view (commands every copy, other inputs once per event id)."""
+        env = record.envelope
+        if record.topic != self.topics.name(COMMANDS):
+            if env.event_id in self._seen:
+                return
+            self._seen.add(env.event_id)
+        try:
+            self.view.evolve(env)
+        except ValueError:
+            return  # rules or config the fold refuses (the planner agent dead-letters them)
+        finally:
+            self.view.dirty.clear()  # nothing is stored: the view is rebuilt from the log on start
+
     def _observe(self, record: Record) -> None:
-        """Learn from segments/cluster events: own holdings and answers, others' announces and refusals."""
+        """A segments/cluster event: into the view; own answers into the disk's record; moves released."""
+        self._fold(record)
         event, st = record.envelope.event, self.state
         cause = record.envelope.causation_id
-        if isinstance(event, SegmentAnnounced):
-            sid = str(event.segment.id)
-            st.announced.add((event.server, sid))
-            if event.server == self.name:
-                st.loaded[sid] = event.segment
-            self._release_drops()
-        elif isinstance(event, SegmentUnannounced):
-            st.announced.discard((event.server, event.segment_id))
-            if event.server == self.name:
-                st.loaded.pop(event.segment_id, None)
-        elif isinstance(event, SegmentLoadRefused):
-            if event.move_id is not None:
-                st.refused_moves.add(event.move_id)
-                st.waiting_drops.pop(event.move_id, None)
-            if event.server == self.name:
-                st.refused.add(event.command_id)  # a cancelled load is answered by the refusal its cancel caused
-        else:
+        if not isinstance(event, SegmentAnnounced | SegmentUnannounced | SegmentLoadRefused):
             return
-        if cause is not None and getattr(event, "server", None) == self.name:
+        if isinstance(event, SegmentLoadRefused) and event.server == self.name:
+            st.refused.add(event.command_id)  # a cancelled load is answered by the refusal its cancel caused
+        if cause is not None and event.server == self.name:
             st.answered.add(cause)
+        self._release_drops()
+
+    def _load_disk(self) -> None:
+        """What this server announced and did not unannounce, as the fold says: its disk on start."""
+        view = self.view
+        self.state.loaded = {str(sid): view.segments[sid]
+                             for sid in sorted(view.held.get(self.name, ()), key=str) if sid in view.segments}
 
     def _send(self, event: Event, command: Record, key: str) -> None:
         self._producer.send(Envelope(event, derived_event_id(command.topic, command.partition, command.offset, 0),
@@ -128,9 +154,12 @@ class Historical:
 
     # -- commands ---------------------------------------------------------------------
     def _command(self, record: Record) -> None:
+        self._fold(record)
         event, st = record.envelope.event, self.state
         if isinstance(event, LoadSegment) and event.move_id is not None:
-            st.move_targets[event.move_id] = (event.server, str(event.segment.id))
+            st.move_targets[event.move_id] = event.server
+            if event.move_id in st.waiting_drops:  # the drop half was read first
+                self._release_drops()
         if not isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad) or event.server != self.name:
             return
         if record.envelope.event_id in st.answered or (isinstance(event, LoadSegment)
@@ -141,7 +170,7 @@ class Historical:
         elif isinstance(event, LoadSegment) or event.move_id is None:
             self._queue.append(record)
             self._work()
-        elif event.move_id not in st.refused_moves:
+        elif not self.view.move_abandoned(event.move_id):
             st.waiting_drops[event.move_id] = record
             self._release_drops()
 
@@ -194,9 +223,6 @@ class Historical:
             st.answered.add(queued.envelope.event_id)
             st.answered.add(record.envelope.event_id)
             st.refused.add(load.command_id)
-            if load.move_id is not None:
-                st.refused_moves.add(load.move_id)
-                st.waiting_drops.pop(load.move_id, None)
             self._producer.flush()
             return
 
@@ -224,13 +250,19 @@ class Historical:
         self._producer.flush()
 
     def _release_drops(self) -> None:
-        st = self.state
+        """A move's drop half runs once the fold shows its target holding the segment; it is abandoned once the
+        fold shows the move refused."""
+        st, view = self.state, self.view
         for move_id, record in list(st.waiting_drops.items()):
-            target = st.move_targets.get(move_id)
-            if target is not None and target in st.announced:
+            if view.move_abandoned(move_id):
                 del st.waiting_drops[move_id]
-                event = record.envelope.event
-                assert isinstance(event, DropSegment)
+                continue
+            event = record.envelope.event
+            assert isinstance(event, DropSegment)
+            target = st.move_targets.get(move_id)
+            sid = view.by_text.get(event.segment_id)
+            if target is not None and sid is not None and sid in view.held.get(target, ()):
+                del st.waiting_drops[move_id]
                 self._drop(record, event)
 
     # -- running ----------------------------------------------------------------------
@@ -242,6 +274,7 @@ class Historical:
                 self._observe(record)
         finally:
             consumer.close()
+        self._load_disk()
 
     def run(self, stop: threading.Event, poll_timeout: float = 0.2) -> None:
         """Serve until ``stop`` is set; then say ServerLeft."""

@@ -8,27 +8,34 @@ right after a given ``topic:partition:offset``.
 
 :class:`LogFold` folds that sequence with the pure cores: the segment timeline
 (``segments``), the live locks (``locks``: granted, minus revoked and
-released), and the placement (servers from ``cluster``, what each serves from
-announces). Replay prints it; :func:`audit` runs the same fold and checks, at
-every step:
+released), and the placement: a :class:`~coordinator.placement.state.PlacementState`
+fed with every event of ``segments``, ``cluster`` and ``commands`` (the one fold the
+planner agent keeps, so replay and the planner agree by construction: a server that
+left is shown with ``joined: false`` and keeps what it announced, as the planner
+keeps it; the commands in flight are the fold's queue). No placement logic lives
+here; the fold's docstring defines every event's effect. An event the fold refuses
+(rules or config that do not parse) is skipped, as the planner agent dead-letters it.
+Replay prints it; :func:`audit` runs the same fold and checks, at every step:
 
 - the timeline agent's output (``timeline``, deduplicated by id) is exactly the
   pure fold's, change for change, and the fold never serves two versions of a
   data source at one instant;
 - every published segment lies inside a live lock of its task (or the task's group);
-- no server holds more than its ``maxSizeBytes``;
-- every LoadSegment/DropSegment is answered (announce, unannounce or refusal,
-  by causation id; a refusal also answers the load its ``commandId`` names) or
-  is younger than the command timeout at the end of the log. A
-  ``CancelSegmentLoad`` answers the load it ``cancels`` (without ``cancels``:
-  the server's earlier loads of the segment): the coordinator withdrew it, and
-  whether the server then refuses it or had announced it already, nothing more
-  is owed. The cancel itself counts as answered when sent: a server answers it
-  only when it withdrew a queued load, so silence is a valid outcome.
+- no server holds more than its ``maxSizeBytes`` (what it announced, by the fold);
+- every LoadSegment/DropSegment left the fold's queue by the end of the log or is
+  younger than the command timeout then (broker time of the command's record).
+  The fold settles a command by an announce, unannounce or refusal naming it (causation
+  id; a refusal also the load its ``commandId`` names, and a refused move's drop half),
+  by an announce/unannounce of the same server and segment, by a ``CancelSegmentLoad``
+  (the load it ``cancels``, else the server's queued loads of the segment: the
+  coordinator withdrew it, nothing more is owed; the cancel itself needs no answer), or
+  by its server leaving (a removed server's queue vanishes with it). A drop of a segment the
+  fold never knew, or a half of a refused move read after the refusal, never enters the queue.
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 from collections.abc import Iterator, Mapping
@@ -36,9 +43,9 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from coordinator.placement.state import PlacementState
 from coordinator.timeline.timelines import Timelines
-from events.cluster import SegmentLoadRefused, ServerJoined, ServerLeft
-from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
+from events.commands import DropSegment, LoadSegment
 from events.envelope import Envelope, decode
 from events.ids import derived_event_id
 from events.instant import format_instant
@@ -46,12 +53,14 @@ from events.interval import Interval
 from events.locks import LockGranted, LockReleased, LockRevoked, TaskLock
 from events.registry import Event
 from events.schema import EventValidationError
-from events.segments import SegmentAnnounced, SegmentsPublished, SegmentUnannounced
+from events.segment import SegmentId
+from events.segments import SegmentAnnounced, SegmentsPublished
 from events.tasks import TaskStarted
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE, Topics
 from events.visibility import SegmentVisibilityChanged
 
 ORDER = (LOCK_REQUESTS, LOCKS, SEGMENTS, CLUSTER, COMMANDS, TIMELINE)
+PLACEMENT_TOPICS = (SEGMENTS, CLUSTER, COMMANDS)  # what the planner agent folds
 
 
 class ReplayError(ValueError):
@@ -163,47 +172,40 @@ def read_log(bootstrap: str, topics: Topics, until: Until | None = None) -> Iter
 
 
 @dataclass
-class Server:
-    name: str
-    tier: str | None = None
-    max_size_bytes: int | None = None
-    segments: dict[str, int] = field(default_factory=dict)  # id -> size
-
-    @property
-    def used_bytes(self) -> int:
-        return sum(self.segments.values())
-
-
-@dataclass
 class LogFold:
-    """The coordinator's state from the log: timeline, live locks, placement."""
+    """The coordinator's state from the log: timeline, live locks, placement (the placement fold's state)."""
 
     timelines: Timelines = field(default_factory=Timelines)
     locks: dict[str, TaskLock] = field(default_factory=dict)
     groups: dict[str, str] = field(default_factory=dict)  # task -> group
-    servers: dict[str, Server] = field(default_factory=dict)
+    placement: PlacementState = field(default_factory=PlacementState)
     seen: set[str] = field(default_factory=set)
     last: LogRecord | None = None
 
     def apply(self, record: LogRecord) -> list[object]:
-        """Fold one record (each event id once); returns the timeline's state changes, if any."""
+        """Fold one record; returns the timeline's state changes, if any.
+
+        Each event id counts once, as the agents count it: the placement fold sees every copy of a command
+        (it settles or ignores repeats itself, as the planner agent's does) and one copy of any other input
+        (``segments`` and ``cluster`` share one id space, as in the planner agent's applied ids)."""
         env = record.envelope
-        key = f"{record.topic}/{env.event_id}"
-        if key in self.seen:
-            return []
+        key = f"input/{env.event_id}" if record.topic in (SEGMENTS, CLUSTER) else f"{record.topic}/{env.event_id}"
+        first = key not in self.seen
         self.seen.add(key)
-        self.last = record
         event = env.event
+        if record.topic == COMMANDS or (first and record.topic in PLACEMENT_TOPICS):
+            with contextlib.suppress(EventValidationError, ValueError):  # the planner dead-letters what it refuses
+                self.placement.evolve(env)
+            self.placement.dirty.clear()  # nothing is stored: the fold's record of what to write is not needed
+        if not first:
+            return []
+        self.last = record
         changes: list[object] = []
         if record.topic == SEGMENTS:
             try:
                 changes = list(self.timelines.apply(event))
             except EventValidationError:
                 changes = []
-            if isinstance(event, SegmentAnnounced):
-                self._server(event.server).segments[str(event.segment.id)] = event.segment.size
-            elif isinstance(event, SegmentUnannounced):
-                self._server(event.server).segments.pop(event.segment_id, None)
         elif isinstance(event, TaskStarted):
             self.groups[event.task_id] = event.group_id
         elif isinstance(event, LockGranted):
@@ -213,17 +215,42 @@ class LogFold:
         elif isinstance(event, LockRevoked | LockReleased):
             for lock_id in event.lock_ids:
                 self.locks.pop(lock_id, None)
-        elif isinstance(event, ServerJoined):
-            server = self._server(event.server)
-            server.tier, server.max_size_bytes = event.tier, event.max_size_bytes
-        elif isinstance(event, ServerLeft):
-            self.servers.pop(event.server, None)
         return changes
 
-    def _server(self, name: str) -> Server:
-        return self.servers.setdefault(name, Server(name))
+    # -- the placement, as the fold says ----------------------------------------------------
+    @property
+    def server_names(self) -> list[str]:
+        """Servers the fold knows (joined once) or that announced something without joining, by name."""
+        st = self.placement
+        return sorted(set(st.servers) | {n for n, held in st.held.items() if held})
+
+    def held(self, name: str) -> list[SegmentId]:
+        return sorted(self.placement.held.get(name, ()), key=str)
+
+    def used_bytes(self, name: str) -> int:
+        """Bytes of what the server announced (the segment's published size when known)."""
+        segments = self.placement.segments
+        return sum(segments[s].size for s in self.placement.held.get(name, ()) if s in segments)
 
     def to_json(self) -> dict[str, object]:
+        st = self.placement
+        in_flight: dict[str, list[dict[str, object]]] = {}
+        for cid, item in sorted(st.queue.items()):
+            in_flight.setdefault(item.server, []).append(
+                {"commandId": cid, "action": item.action, "segment": str(item.segment), "purpose": item.purpose,
+                 "moveId": item.move_id, "sentAt": format_instant(item.sent_at)})
+        placement: dict[str, object] = {}
+        for name in self.server_names:
+            facts = st.servers.get(name)
+            placement[name] = {
+                "tier": None if facts is None else facts.tier,
+                "maxSizeBytes": None if facts is None else facts.max_size_bytes,
+                "joined": facts is not None and facts.joined,
+                "decommissioning": facts is not None and (facts.decommissioning or name in st.config_decommissioning),
+                "usedBytes": self.used_bytes(name),
+                "segments": [str(s) for s in self.held(name)],
+                "inFlight": in_flight.get(name, []),
+            }
         return {
             "position": None if self.last is None else {"record": self.last.position,
                                                         "time": format_instant(self.last.timestamp)},
@@ -232,9 +259,8 @@ class LogFold:
                        "dataSource": lk.data_source, "interval": lk.interval.iso(), "type": lk.lock_type,
                        "granularity": lk.granularity, "version": lk.version, "priority": lk.priority}
                       for lk in sorted(self.locks.values(), key=lambda lk: lk.lock_id)],
-            "placement": {s.name: {"tier": s.tier, "maxSizeBytes": s.max_size_bytes, "usedBytes": s.used_bytes,
-                                   "segments": sorted(s.segments)} for s in sorted(self.servers.values(),
-                                                                                   key=lambda s: s.name)},
+            "placement": placement,
+            "usedSegments": len(st.used),
         }
 
 
@@ -258,10 +284,13 @@ def text(fold: LogFold) -> str:
     for lk in doc["locks"]:  # type: ignore[attr-defined]
         lines.append(f"  {lk['lockId']}  {lk['taskId']}  {lk['dataSource']} {lk['interval']}  {lk['type']}/"
                      f"{lk['granularity']} v{lk['version']} p{lk['priority']}")
-    lines.append(f"placement: {len(fold.servers)} servers")
+    lines.append(f"placement: {len(fold.server_names)} servers, {len(fold.placement.queue)} commands in flight, "
+                 f"{doc['usedSegments']} used segments")
     for name, s in doc["placement"].items():  # type: ignore[attr-defined]
-        lines.append(f"  {name} [{s['tier']}] {s['usedBytes']}/{s['maxSizeBytes']} bytes, {len(s['segments'])} "
-                     "segments")
+        state = "" if s["joined"] else " (left)"
+        state += " (decommissioning)" if s["decommissioning"] else ""
+        lines.append(f"  {name} [{s['tier']}]{state} {s['usedBytes']}/{s['maxSizeBytes']} bytes, "
+                     f"{len(s['segments'])} segments, {len(s['inFlight'])} commands in flight")
     return "\n".join(lines)
 
 
@@ -288,9 +317,7 @@ def audit(bootstrap: str, topics: Topics, command_timeout_ms: int = 15 * 60_000)
     emitted: dict[str, SegmentVisibilityChanged] = {}
     emitted_order: list[str] = []
     want: dict[str, tuple[str, str | None, str | None]] = {}  # fold's change id -> (segment, from, to)
-    pending: dict[str, LogRecord] = {}  # command event id -> the command
-    answered: set[str] = set()  # command event ids
-    by_command_id: dict[str, str] = {}  # commandId -> the command's event id (equal for the planner's commands)
+    sent: dict[str, LogRecord] = {}  # command event id -> where it was read (whether it is answered: the fold's)
     end = 0
     for record in read_log(bootstrap, topics):
         end = max(end, record.timestamp)
@@ -309,28 +336,18 @@ def audit(bootstrap: str, topics: Topics, command_timeout_ms: int = 15 * 60_000)
                     violations.append(Violation("publish without a live lock", record.position,
                                                 f"task {event.task_id} published {seg.id}"))
         if record.topic == COMMANDS and isinstance(event, LoadSegment | DropSegment):
-            pending[env.event_id] = record
-            by_command_id.setdefault(event.command_id, env.event_id)
-        if record.topic == COMMANDS and isinstance(event, CancelSegmentLoad):
-            answered.update([by_command_id.get(event.cancels, event.cancels)] if event.cancels is not None else [
-                cid for cid, r in pending.items() if isinstance(r.envelope.event, LoadSegment)
-                and r.envelope.event.server == event.server and str(r.envelope.event.segment.id) == event.segment_id])
-        if isinstance(event, SegmentAnnounced | SegmentUnannounced | SegmentLoadRefused) and env.causation_id:
-            answered.add(env.causation_id)
-        if isinstance(event, SegmentLoadRefused):
-            answered.add(by_command_id.get(event.command_id, event.command_id))
+            sent.setdefault(env.event_id, record)
         changes = fold.apply(record)
         for index, change in enumerate(changes):
             change_id = derived_event_id(topics.name(SEGMENTS), record.partition, record.offset, index)
             expected.append(change_id)
             want[change_id] = (str(change.segment_id), change.old, change.new)  # type: ignore[attr-defined]
         if isinstance(event, SegmentAnnounced):
-            server = fold.servers.get(event.server)
-            if server is not None and server.max_size_bytes is not None and \
-                    server.used_bytes > server.max_size_bytes:
+            facts = fold.placement.servers.get(event.server)
+            used = fold.used_bytes(event.server)
+            if facts is not None and used > facts.max_size_bytes:
                 violations.append(Violation("server beyond its size", record.position,
-                                            f"{server.name} holds {server.used_bytes} of {server.max_size_bytes} "
-                                            "bytes"))
+                                            f"{event.server} holds {used} of {facts.max_size_bytes} bytes"))
         if record.topic == SEGMENTS and changes:
             for ds in sorted({c.segment_id.data_source for c in changes}):  # type: ignore[attr-defined]
                 pieces = sorted(piece for piece, _chunk in fold.timelines.timeline(ds).served_pieces())
@@ -351,13 +368,18 @@ def audit(bootstrap: str, topics: Topics, command_timeout_ms: int = 15 * 60_000)
         for change_id in emitted_order:
             if change_id not in want:
                 violations.append(Violation("timeline change without cause", change_id, str(emitted[change_id])))
-    for command_id, record in pending.items():
-        if command_id not in answered and end - record.timestamp > command_timeout_ms:
+    for command_id in sorted(fold.placement.queue, key=lambda cid: _position_key(sent.get(cid))):
+        record = sent.get(command_id)
+        if record is not None and end - record.timestamp > command_timeout_ms:
             violations.append(Violation("command unanswered", record.position,
                                         f"{type(record.envelope.event).__name__} for "
                                         f"{getattr(record.envelope.event, 'server', '?')} "
                                         f"older than {command_timeout_ms} ms"))
     return violations
+
+
+def _position_key(record: LogRecord | None) -> tuple[int, str, int, int]:
+    return (0, "", 0, 0) if record is None else (record.timestamp, record.topic, record.partition, record.offset)
 
 
 def as_json(violations: list[Violation]) -> list[Mapping[str, str]]:

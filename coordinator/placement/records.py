@@ -3,8 +3,9 @@
 **Invariants.** An :class:`InFlight` is a command sent and not answered yet: a load
 (the target half of a move carries ``move_id`` and, once known, the ``source`` it
 moves from) or a drop (the source half of a move carries ``move_id``). Its identity
-is the command id it is stored under, never its fields. ``purpose`` is the queue
-share the item counts against (``loading``, ``decommissioning`` or ``balancing``).
+is the command id it is stored under, never its fields. ``purpose`` is the command's
+(``events.commands.CommandPurpose``: why it was issued); the queue share it counts against
+follows from it (``decommissioning`` and ``balancing`` their own, every other ``loading``).
 :class:`ServerFacts` of a server that left keep ``joined=False``; what it announced
 is kept (as the timeline keeps it), so a server that comes back holds it again.
 """

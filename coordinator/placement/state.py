@@ -10,7 +10,8 @@
   enters the queue), and every load (announce) or drop (unannounce) in flight for the
   same server and segment.
 - ``SegmentLoadRefused``: the load it names (and its causation) is settled, and with a
-  move's load the move's drop half (the source keeps its copy).
+  move's load the move's drop half (the source keeps its copy); the move is abandoned for
+  good (a drop half read after the refusal never enters the queue: :meth:`move_abandoned`).
 - ``LoadSegment`` / ``DropSegment`` read back from ``commands``: in flight, unless already
   settled; the log's copy wins over one enqueued when the command was decided, keeping
   the time first sent and any ``source`` learnt. A move's drop half tells its load half
@@ -89,13 +90,14 @@ class Touched:
 
 
 def command_purpose(event: LoadSegment | DropSegment) -> str:
-    """The queue share a command counts against, from its ``purpose`` (older payloads: its move id)."""
-    purpose = getattr(event, "purpose", None)
-    if isinstance(purpose, str) and purpose:
-        return purpose if purpose in ("decommissioning", "balancing") else "loading"
-    if event.move_id is None:
-        return "loading"
-    return "decommissioning" if event.reason.startswith("draining") else "balancing"
+    """Why the command was issued: its ``purpose`` field (v1 payloads get one from the upcaster on decode; the
+    reason text is never read). The queue share it counts against follows from it (see ``projected``)."""
+    return event.purpose
+
+
+def _abandoned(move_id: str) -> str:
+    """The settled id that records a refused move (stored with the other settled ids)."""
+    return command_id("move-abandoned", move_id)
 
 
 class PlacementState(Projected):
@@ -170,6 +172,7 @@ class PlacementState(Projected):
             if event.move_id is not None:  # the source keeps its copy: the drop half is abandoned
                 for cid in self.of_move(event.move_id):
                     self.settle(cid)
+                self.settle(_abandoned(event.move_id))  # also a drop half not read yet
             t.trigger = True
         elif isinstance(event, ServerJoined):
             old = self.servers.get(event.server) or ServerFacts()
@@ -226,8 +229,8 @@ class PlacementState(Projected):
                 self.settle(env.event_id)
             return
         assert isinstance(event, LoadSegment | DropSegment)
-        if env.event_id in self.settled or self.settled_before(env.event_id):
-            return  # answered before we read it back
+        if self._known_settled(env.event_id) or (event.move_id is not None and self.move_abandoned(event.move_id)):
+            return  # answered before we read it back, or a half of a move whose load was refused
         if isinstance(event, LoadSegment):
             self.learn(event.segment, None)
             source = None
@@ -254,6 +257,13 @@ class PlacementState(Projected):
         self.enqueue(env.event_id, item)
         t.trigger = True
 
+    def _known_settled(self, cid: str) -> bool:
+        return cid in self.settled or self.settled_before(cid)
+
+    def move_abandoned(self, move_id: str) -> bool:
+        """Whether a load of the move was refused (or cancelled and then refused): its source keeps the copy."""
+        return self._known_settled(_abandoned(move_id))
+
     def cancelled(self, cancel_id: str, name: str, sid: SegmentId | None, cancels: str | None) -> None:
         """A cancel is out of the queues at once: the load it names (else the server's queued loads of the
         segment), a move's drop half with it, and the cancel itself (it needs no answer)."""
@@ -269,11 +279,14 @@ class PlacementState(Projected):
     def expire(self, now: int) -> Touched:
         """Settle the commands sent more than ``load_timeout_ms`` before ``now``: no longer in flight."""
         self.touched_segments = set()
+        settled: set[SegmentId] = set()
         for cid, item in sorted(self.queue.items()):
             if now - item.sent_at > self.load_timeout_ms:
                 self.settle(cid)
+                settled.add(item.segment)
         touched = Touched(segments=self.touched_segments, trigger=bool(self.touched_segments))
         self.touched_segments = set()
+        self._forget(settled)  # as an answer's event would: an unused segment with nothing left in flight goes
         return touched
 
     def _forget(self, sids: Iterable[SegmentId]) -> None:
@@ -311,7 +324,14 @@ class PlacementState(Projected):
         cancel_id = command_id("cancel", cancels) if cancels is not None else \
             self.fresh_command_id("cancel", name, str(sid))
         self.cancelled(cancel_id, name, sid, cancels)
+        self._forget([sid])  # as the cancel's event would (an unused segment with nothing left in flight)
         return cancel_id, cancels, item
+
+    def mark_unused(self, sid: SegmentId) -> None:
+        """No longer used; forgotten at once when nothing else needs it (a planner's mark, folded as its
+        ``SegmentsMarkedUnused`` would be)."""
+        super().mark_unused(sid)
+        self._forget([sid])
 
     # -- building ---------------------------------------------------------------------------------
     @staticmethod

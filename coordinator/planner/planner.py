@@ -57,6 +57,7 @@ from coordinator.placement.state import PlacementState
 from coordinator.planner.cluster import ClusterView, Purpose
 from coordinator.planner.cost_shelf import CostCacheShelf
 from coordinator.timeline.timeline import Timeline
+from events.commands import CommandPurpose
 from events.segment import SegmentDescriptor, SegmentId
 
 FULL_RUN_EVERY_MS = 15 * 60_000  # an incremental planner looks at every segment at least this often (event time)
@@ -77,11 +78,14 @@ class PlanCommand:
     move_id: str | None = None
     command_id: str | None = None  # the load's, drop's or cancel's id (a move's: its load half's, = move_id)
     cancels: str | None = None  # a cancel: the id of the queued load it withdraws
+    purpose: CommandPurpose | None = None  # why a load, move or drop was issued (a cancel: None)
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"type": self.type, "server": self.server, "segment": str(self.segment),
                                   "tier": self.tier, "stage": self.stage, "reason": self.reason,
                                   "replica": self.replica}
+        if self.purpose is not None:
+            out["purpose"] = self.purpose
         if self.type == "move":
             out.update({"from": self.source, "to": self.server, "moveId": self.move_id})
         return out
@@ -239,9 +243,10 @@ class _Run:
             self.metrics[f"segment/assignSkipped/count/{tier}"] += 1  # no server with room (or queue share) now
             self.deferred.add(sid)
             return False
-        cid = self.p.plan_load(name, sid, "replica" if replica else "loading", self.now)
+        purpose: CommandPurpose = "replica" if replica else "loading"
+        cid = self.p.plan_load(name, sid, purpose, self.now)
         self.metrics[f"segment/assigned/count/{tier}"] += 1
-        self.emit(PlanCommand("load", name, sid, tier, stage, reason, replica, command_id=cid))
+        self.emit(PlanCommand("load", name, sid, tier, stage, reason, replica, command_id=cid, purpose=purpose))
         return True
 
     # -- stages 1-4: loading -----------------------------------------------------------
@@ -274,7 +279,8 @@ class _Run:
                 tier = self.p.tier_of[name]
                 cid = self.p.plan_load(name, sid, "broadcast", self.now)
                 self.metrics[f"segment/assigned/count/{tier}"] += 1
-                self.emit(PlanCommand("load", name, sid, tier, stage, "broadcast", False, command_id=cid))
+                self.emit(PlanCommand("load", name, sid, tier, stage, "broadcast", False, command_id=cid,
+                                         purpose="broadcast"))
 
     def replicate(self, stage: int, share: float | None, relative: bool) -> None:
         for sid in self.load_rule_segments():
@@ -349,7 +355,8 @@ class _Run:
              reason: str) -> None:
         move_id = self.p.plan_load(dest, sid, purpose, self.now, source)
         self.metrics[f"segment/moved/count/{tier}"] += 1
-        self.emit(PlanCommand("move", dest, sid, tier, stage, reason, False, source, move_id, command_id=move_id))
+        self.emit(PlanCommand("move", dest, sid, tier, stage, reason, False, source, move_id, command_id=move_id,
+                              purpose=purpose))
 
     # -- stages 7, 10, 11: balancing ------------------------------------------------------
     def balance_candidates(self, tier: str) -> list[SegmentId]:
@@ -518,7 +525,8 @@ class _Run:
     def drop(self, name: str, sid: SegmentId, stage: int, reason: str) -> None:
         cid = self.p.plan_drop(name, sid, self.now)
         self.metrics[f"segment/dropped/count/{self.p.tier_of[name]}"] += 1
-        self.emit(PlanCommand("drop", name, sid, self.p.tier_of[name], stage, reason, command_id=cid))
+        self.emit(PlanCommand("drop", name, sid, self.p.tier_of[name], stage, reason, command_id=cid,
+                              purpose="unloading"))
 
     # -- overshadowed ---------------------------------------------------------------------
     def mark_overshadowed(self) -> None:

@@ -44,10 +44,13 @@ def move_envelopes(placement: TierPlacement, moves: list[PlanCommand], run: int)
         load_id, drop_id = move_ids(placement.tier, run, index)
         stage, reason = str(cmd.stage), f"balancing: {cmd.reason}"
         out.append(Envelope(LoadSegment(command_id=load_id, server=cmd.server, segment=seg, stage=stage,
-                                        reason=reason, move_id=load_id), load_id, now, cmd.server))
+                                        purpose="balancing", reason=reason, move_id=load_id),
+                            load_id, now, cmd.server))
         out.append(Envelope(DropSegment(command_id=drop_id, server=cmd.source, segment_id=str(cmd.segment),
-                                        stage=stage, reason=reason, move_id=load_id), drop_id, now, cmd.source))
+                                        stage=stage, purpose="balancing", reason=reason, move_id=load_id),
+                            drop_id, now, cmd.source))
         placement.enqueue(load_id, InFlight(cmd.server, "load", cmd.segment, placement.now, load_id, cmd.source,
                                             "balancing"))
-        placement.enqueue(drop_id, InFlight(cmd.source, "drop", cmd.segment, placement.now, load_id))
+        placement.enqueue(drop_id, InFlight(cmd.source, "drop", cmd.segment, placement.now, load_id, None,
+                                            "balancing"))
     return out

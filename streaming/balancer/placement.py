@@ -238,8 +238,7 @@ class TierPlacement:
         known = self.queue.get(env.event_id)
         if isinstance(event, LoadSegment):
             self.learn(event.segment, None)
-            purpose = "loading" if event.move_id is None else (
-                "decommissioning" if event.reason.startswith("draining") else "balancing")
+            purpose = event.purpose  # why it was issued (v1 payloads: the upcaster derived it)
             source = None
             if event.move_id is not None:
                 source = next((q.source for q in self.queue.values() if q.move_id == event.move_id and q.source),
@@ -249,7 +248,7 @@ class TierPlacement:
             sid = self.by_text.get(event.segment_id)
             if sid is None:
                 return False
-            item = InFlight(event.server, "drop", sid, env.occurred_at, event.move_id)
+            item = InFlight(event.server, "drop", sid, env.occurred_at, event.move_id, None, event.purpose)
             if event.move_id is not None:  # tell the load half where it moves from
                 for cid, q in sorted(self.queue.items()):
                     if q.move_id == event.move_id and q.action == "load" and q.source is None:

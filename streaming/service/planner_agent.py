@@ -52,7 +52,8 @@ across runs in a :class:`~coordinator.planner.cost_shelf.CostCacheShelf`
 
 **Commands.** ``load`` / ``move`` -> a ``LoadSegment`` (a move's also a
 ``DropSegment`` on the source sharing the ``moveId``), ``drop`` -> a
-``DropSegment``, ``cancel`` -> a ``CancelSegmentLoad`` naming the queued load it
+``DropSegment``, each with the ``purpose`` the planner gave the decision (a move's two
+halves share it), ``cancel`` -> a ``CancelSegmentLoad`` naming the queued load it
 withdraws (``cancels``). A cancel leaves the queues at once, with the load it
 names (and a move's drop half): if the server had not run the load it answers
 with a ``SegmentLoadRefused`` of it; if it had, the announce arrives, the copy is
@@ -222,15 +223,19 @@ class PlannerAgent:
         every segment (a full run) on its first tick and then every ``FULL_RUN_EVERY_MS`` (period rules move
         segments between rules as time passes)."""
         st = self.state
-        if st.start is None or not self._may_decide():
-            return 0  # nothing ever happened, or nothing can be decided
+        if st.start is None:
+            return 0  # nothing ever happened
         now = max(wall_ms, st.last_event_at)
         expired = st.expire(now)
+        if not self._may_decide():  # nothing can be decided: keep what timed out
+            if st.dirty:
+                self._commit(self.store.batch())
+            return 0
         full = not self.incremental or self.last_full_run is None or now - self.last_full_run >= FULL_RUN_EVERY_MS
         scope = None if full else expired.segments | self.deferred
         result = self._run(now, scope, balance=self.balancing, mark=True)
         if not result.commands and not result.mark_unused:
-            if expired.segments:
+            if st.dirty:  # timed-out commands settled (a move's drop half touches no segment's projection)
                 self._commit(self.store.batch())
             return 0
         pre = self.store.batch()  # the run number first: its ids are never reused for other content
@@ -318,19 +323,20 @@ class PlannerAgent:
         """The envelopes of one decision (already folded into the state under its ids by the run)."""
         st = self.state
         assert cmd.command_id is not None
-        sid_text, stage = str(cmd.segment), str(cmd.stage)
+        sid_text, stage, purpose = str(cmd.segment), str(cmd.stage), cmd.purpose
         if cmd.type in ("load", "move"):
+            assert purpose is not None
             seg = st.segments[cmd.segment]
             move_id = cmd.command_id if cmd.type == "move" else None
             load = LoadSegment(command_id=cmd.command_id, server=cmd.server, segment=seg, stage=stage,
-                               reason=cmd.reason, move_id=move_id)
+                               purpose=purpose, reason=cmd.reason, move_id=move_id)
             self.sink.send(Envelope(load, cmd.command_id, Instant(now), cmd.server, cause))
             if move_id is None:
                 return 1
             assert cmd.source is not None
             drop_id = command_id("move-drop", move_id)  # one drop half per move
             drop = DropSegment(command_id=drop_id, server=cmd.source, segment_id=sid_text, stage=stage,
-                               reason=cmd.reason, move_id=move_id)
+                               purpose=purpose, reason=cmd.reason, move_id=move_id)
             self.sink.send(Envelope(drop, drop_id, Instant(now), cmd.source, cause))
             return 2
         if cmd.type == "cancel":
@@ -338,8 +344,9 @@ class PlannerAgent:
                                        reason=cmd.reason, cancels=cmd.cancels)
             self.sink.send(Envelope(cancel, cmd.command_id, Instant(now), cmd.server, cause))
             return 1
+        assert purpose is not None
         drop = DropSegment(command_id=cmd.command_id, server=cmd.server, segment_id=sid_text, stage=stage,
-                           reason=cmd.reason)
+                           purpose=purpose, reason=cmd.reason)
         self.sink.send(Envelope(drop, cmd.command_id, Instant(now), cmd.server, cause))
         return 1
 

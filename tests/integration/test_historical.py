@@ -82,16 +82,23 @@ def test_loads_refusals_conditional_moves_and_restart(kafka_bootstrap: str, topi
     h2 = Running(Historical("h2", "hot", 10_000, kafka_bootstrap, topics, load_ms=400))
     a, b, c = seg(0, 600), seg(1, 600), seg(2, 1500)
     try:
-        load_a = send(LoadSegment(command_id="c1", server="h1", segment=a, stage="1", reason="first copy"), "h1")
-        send(LoadSegment(command_id="c2", server="h1", segment=b, stage="1", reason="first copy"), "h1")
-        send(LoadSegment(command_id="c3", server="h2", segment=c, stage="1", reason="first copy"), "h2")
+        load_a = send(LoadSegment(command_id="c1", server="h1", segment=a, stage="1",
+                                  purpose="loading", reason="first copy"), "h1")
+        send(LoadSegment(command_id="c2", server="h1", segment=b, stage="1",
+                         purpose="loading", reason="first copy"), "h1")
+        send(LoadSegment(command_id="c3", server="h2", segment=c, stage="1",
+                         purpose="loading", reason="first copy"), "h2")
         # a move of a to h2: the drop is sent first, and must wait for h2's announce
-        send(DropSegment(command_id="c4", server="h1", segment_id=str(a.id), stage="7", reason="move",
+        send(DropSegment(command_id="c4", server="h1", segment_id=str(a.id), stage="7",
+                         purpose="balancing", reason="move",
                          move_id="m1"), "h1")
-        send(LoadSegment(command_id="c5", server="h2", segment=a, stage="7", reason="move", move_id="m1"), "h2")
+        send(LoadSegment(command_id="c5", server="h2", segment=a, stage="7",
+                         purpose="balancing", reason="move", move_id="m1"), "h2")
         # a move of c to h1, which has no room: h1 refuses, h2 keeps c
-        send(LoadSegment(command_id="c6", server="h1", segment=c, stage="7", reason="move", move_id="m2"), "h1")
-        send(DropSegment(command_id="c7", server="h2", segment_id=str(c.id), stage="7", reason="move",
+        send(LoadSegment(command_id="c6", server="h1", segment=c, stage="7",
+                         purpose="balancing", reason="move", move_id="m2"), "h1")
+        send(DropSegment(command_id="c7", server="h2", segment_id=str(c.id), stage="7",
+                         purpose="balancing", reason="move",
                          move_id="m2"), "h2")
 
         def settled(rs: list[Record]) -> bool:
@@ -122,7 +129,8 @@ def test_loads_refusals_conditional_moves_and_restart(kafka_bootstrap: str, topi
     try:
         time.sleep(3)
         assert again.historical.state.loaded == {}
-        send(LoadSegment(command_id="c8", server="h1", segment=b, stage="1", reason="first copy"), "h1")
+        send(LoadSegment(command_id="c8", server="h1", segment=b, stage="1",
+                         purpose="loading", reason="first copy"), "h1")
         records = read(kafka_bootstrap, topics, lambda rs: ("h1", str(b.id)) in
                        [(e.server, str(e.segment.id)) for e in of(rs, SegmentAnnounced)])  # type: ignore[attr-defined]
     finally:
@@ -144,7 +152,8 @@ def test_the_historical_command_serves_until_terminated(kafka_bootstrap: str, to
                              "--topic-prefix", topics.prefix], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and "serving" in proc.stdout.readline()
-        send(LoadSegment(command_id="x1", server="hx", segment=seg(5, 100), stage="1", reason="first copy"), "hx")
+        send(LoadSegment(command_id="x1", server="hx", segment=seg(5, 100), stage="1",
+                         purpose="loading", reason="first copy"), "hx")
         records = read(kafka_bootstrap, topics, lambda rs: any(isinstance(r.envelope.event, SegmentAnnounced)
                                                               for r in rs))
         assert [e.server for e in of(records, SegmentAnnounced)] == ["hx"]  # type: ignore[attr-defined]
@@ -162,9 +171,12 @@ def test_cancel_withdraws_a_queued_load_and_leaves_a_loaded_one(kafka_bootstrap:
     h = Running(Historical("h1", "hot", 10_000, kafka_bootstrap, topics, load_ms=1500))
     a, b, c = seg(0, 100), seg(1, 100), seg(2, 100)
     try:
-        send(LoadSegment(command_id="l1", server="h1", segment=a, stage="1", reason="first copy"), "h1")
-        send(LoadSegment(command_id="l2", server="h1", segment=b, stage="1", reason="first copy"), "h1")
-        send(LoadSegment(command_id="l3", server="h1", segment=c, stage="1", reason="first copy"), "h1")
+        send(LoadSegment(command_id="l1", server="h1", segment=a, stage="1",
+                         purpose="loading", reason="first copy"), "h1")
+        send(LoadSegment(command_id="l2", server="h1", segment=b, stage="1",
+                         purpose="loading", reason="first copy"), "h1")
+        send(LoadSegment(command_id="l3", server="h1", segment=c, stage="1",
+                         purpose="loading", reason="first copy"), "h1")
         # b waits behind a (1.5 s each): cancelled by its id; c by its segment (no id given)
         cancel_b = send(CancelSegmentLoad(command_id="k1", server="h1", segment_id=str(b.id), reason="unused",
                                           cancels="l2"), "h1")

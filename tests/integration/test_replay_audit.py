@@ -59,13 +59,15 @@ def test_replay_and_audit(kafka_bootstrap: str, topics: Topics, capsys: pytest.C
     send(LockGranted(request_id="r1", task_id="t1", lock=lock), "wiki")
     send(SegmentsPublished(task_id="t1", segments=(seg(0, 80), seg(1, 50))), "wiki")  # covered by L1
     send(ServerJoined(server="h1", tier="hot", max_size_bytes=100), "h1")
-    load = send(LoadSegment(command_id="c1", server="h1", segment=seg(0, 80), stage="1", reason="x"), "h1")
+    load = send(LoadSegment(command_id="c1", server="h1", segment=seg(0, 80), stage="1",
+                            purpose="loading", reason="x"), "h1")
     send(SegmentAnnounced(server="h1", segment=seg(0, 80)), "wiki", cause=load)
     midpoint_ms = int(time.time() * 1000)
     time.sleep(0.05)
     send(SegmentsPublished(task_id="t9", segments=(seg(5, 10),)), "wiki")  # no lock: a violation
     send(SegmentAnnounced(server="h1", segment=seg(1, 50)), "wiki")  # 130 > 100 bytes: a violation
-    send(LoadSegment(command_id="c2", server="h2", segment=seg(5, 10), stage="1", reason="x"), "h2")  # unanswered
+    send(LoadSegment(command_id="c2", server="h2", segment=seg(5, 10), stage="1",
+                     purpose="loading", reason="x"), "h2")  # unanswered
     producer.send(Envelope(SegmentVisibilityChanged(segment_id="wiki_bogus", data_source="wiki", interval=DAY,
                                                     from_state="absent", to_state="visible"),
                            "made-up", T0, "wiki"))  # emitted with no cause in the log

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from events import TaskFinished, decode, encode
+from events.commands import DropSegment, LoadSegment, drop_segment_v1_to_v2, load_segment_v1_to_v2
 from events.tasks import task_finished_v1_to_v2
 from streaming.examples import example_envelopes
 
@@ -51,6 +52,49 @@ def test_upcaster_is_pure_and_leaves_malformed_v1_to_validation() -> None:
     assert task_finished_v1_to_v2(payload) == {"taskId": "t", "status": "success"}
     assert payload == {"taskId": "t", "success": True}
     assert task_finished_v1_to_v2({"taskId": "t"}) == {"taskId": "t"}
+
+
+@pytest.mark.parametrize(("name", "purpose"), [
+    ("load_segment_first_copy.json", "loading"),
+    ("load_segment_replica.json", "replica"),
+    ("load_segment_broadcast.json", "broadcast"),
+    ("load_segment_spark_move.json", "balancing"),
+    ("drop_segment_draining_move.json", "decommissioning"),
+    ("drop_segment_balancing_move.json", "balancing"),
+    ("drop_segment_over_replicated.json", "unloading"),
+])
+def test_v1_commands_are_upcast_with_their_purpose(name: str, purpose: str) -> None:
+    """Commands written before ``purpose`` existed get the one their move id and reason meant; everything else
+    they said is kept, and they re-encode as version 2."""
+    raw = (GOLDEN / "v1" / name).read_bytes()
+    assert b'"schema_version":1' in raw and b'"purpose"' not in raw
+    env = decode(raw)
+    assert isinstance(env.event, LoadSegment | DropSegment)
+    assert env.event.purpose == purpose and env.schema_version == 2
+    assert b'"purpose":"%s"' % purpose.encode() in encode(env)
+    assert decode(encode(env)) == env
+
+
+def test_command_upcasters_are_pure_and_keep_a_given_purpose() -> None:
+    payload = {"commandId": "c", "reason": "draining h1", "moveId": "m"}
+    assert load_segment_v1_to_v2(payload) == {**payload, "purpose": "decommissioning"}
+    assert payload == {"commandId": "c", "reason": "draining h1", "moveId": "m"}
+    assert drop_segment_v1_to_v2({"commandId": "c", "reason": "r", "purpose": "balancing"})["purpose"] == "balancing"
+    assert load_segment_v1_to_v2({"commandId": "c", "reason": 7}) == {"commandId": "c", "reason": 7}
+
+
+def test_a_command_without_a_known_purpose_is_refused_by_name() -> None:
+    import orjson
+
+    from events import EventValidationError
+
+    doc = orjson.loads((GOLDEN / "current" / "load_segment.json").read_bytes())
+    doc["payload"]["purpose"] = "tidying"
+    with pytest.raises(EventValidationError, match=r"payload\.purpose"):
+        decode(orjson.dumps(doc))
+    del doc["payload"]["purpose"]
+    with pytest.raises(EventValidationError, match=r"payload\.purpose"):
+        decode(orjson.dumps(doc))
 
 
 @pytest.mark.parametrize("path", sorted((GOLDEN / "compat").glob("*.json")), ids=lambda p: p.stem)

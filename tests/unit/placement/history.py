@@ -70,25 +70,29 @@ def history(draw: st.DrawFn, size: int = 40) -> list[Envelope[Event]]:
             event = SegmentUnannounced(server=server, segment_id=str(seg.id))
             key = seg.data_source
         elif kind == "load":
-            event = LoadSegment(command_id=cid, server=server, segment=seg, stage="1", reason="r")
+            event = LoadSegment(command_id=cid, server=server, segment=seg, stage="1", purpose="loading", reason="r")
             event_id, cause = cid, None
         elif kind == "move":
             source = draw(st.sampled_from(SERVERS))
-            load = LoadSegment(command_id=cid, server=server, segment=seg, stage="7", reason="cheaper",
+            load = LoadSegment(command_id=cid, server=server, segment=seg, stage="7",
+                               purpose="balancing", reason="cheaper",
                                move_id=cid)
             out.append(Envelope(load, cid, Instant(at), server, None))
             event = DropSegment(command_id=cid + "-d", server=source, segment_id=str(seg.id), stage="7",
+                                purpose="balancing",
                                 reason="cheaper", move_id=cid)
             event_id, cause, key = cid + "-d", None, source
         elif kind == "drop":
-            event = DropSegment(command_id=cid, server=server, segment_id=str(seg.id), stage="12", reason="r")
+            event = DropSegment(command_id=cid, server=server, segment_id=str(seg.id), stage="12",
+                                purpose="unloading", reason="r")
             event_id, cause = cid, None
         elif kind == "cancel":
             event = CancelSegmentLoad(command_id="x" + cid, server=server, segment_id=str(seg.id), reason="r",
                                       cancels=draw(st.sampled_from([None, cid])))
             event_id, cause = "x" + cid, None
         elif kind == "refuse":
-            event = SegmentLoadRefused(server=server, command_id=cid, segment_id=str(seg.id), reason="full")
+            event = SegmentLoadRefused(server=server, command_id=cid, segment_id=str(seg.id), reason="full",
+                                       move_id=draw(st.sampled_from([None, cid])))  # a move's load half: the move
         elif kind == "rules":
             tier = draw(st.sampled_from(TIERS))
             event = RulesSet(data_source=draw(st.sampled_from(["wiki", "_default"])),

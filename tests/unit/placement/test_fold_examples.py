@@ -1,0 +1,55 @@
+"""Examples of the placement fold where the order of the log matters: answers before their commands."""
+
+from __future__ import annotations
+
+from coordinator.placement import codec
+from coordinator.placement.state import PlacementState
+from events.cluster import SegmentLoadRefused, ServerJoined
+from events.commands import DropSegment, LoadSegment
+from events.envelope import Envelope
+from events.registry import Event
+from events.schema import Instant
+from tests.unit.placement.history import POOL, T0
+
+SEG = POOL[0]
+
+
+def env(event: Event, event_id: str, key: str = "k") -> Envelope[Event]:
+    return Envelope(event, event_id, Instant(T0), key)
+
+
+def move(move_id: str) -> tuple[Envelope[Event], Envelope[Event]]:
+    load = LoadSegment(command_id=move_id, server="h2", segment=SEG, stage="7", purpose="balancing",
+                       reason="cheaper than h1", move_id=move_id)
+    drop = DropSegment(command_id=move_id + "-d", server="h1", segment_id=str(SEG.id), stage="7",
+                       purpose="balancing", reason="cheaper than h1", move_id=move_id)
+    return env(load, move_id), env(drop, move_id + "-d")
+
+
+def refused(move_id: str) -> Envelope[Event]:
+    return env(SegmentLoadRefused(server="h2", command_id=move_id, segment_id=str(SEG.id), reason="no room",
+                                  move_id=move_id), "r-" + move_id)
+
+
+def test_a_drop_half_read_after_its_move_was_refused_never_enters_the_queue() -> None:
+    """The source keeps its copy whichever half the log shows first (the drop half used to wait for the
+    timeout when the refusal came before it)."""
+    load, drop = move("m1")
+    for order in ([load, drop, refused("m1")], [load, refused("m1"), drop], [refused("m1"), load, drop]):
+        st = PlacementState()
+        st.evolve_all([env(ServerJoined(server=n, tier="hot", max_size_bytes=10_000), "j" + n) for n in ("h1", "h2")])
+        st.evolve_all(order)
+        assert st.queue == {}, order
+        assert st.move_abandoned("m1") and not st.move_abandoned("m2")
+
+
+def test_a_refused_move_is_remembered_through_the_store() -> None:
+    """An adapter that stores the settled ids (and forgets them in memory) still knows the move was refused."""
+    st = PlacementState()
+    st.evolve(refused("m1"))
+    stored = {key for family, key, _ in codec.changed(st) if family == "ans"}
+    restored, _ = codec.restore([], settled_before=stored.__contains__)
+    assert restored.move_abandoned("m1")
+    load, drop = move("m1")
+    restored.evolve_all([load, drop])
+    assert restored.queue == {}
