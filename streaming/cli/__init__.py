@@ -12,12 +12,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from streaming.cli import balance, broker, demo, events, historical, locks, log, run, task, timeline
+from streaming.cli import balance, broker, demo, events, historical, locks, log, operate, run, task, timeline
 from streaming.cli.common import CliError
 
 __all__ = ["CliError", "build_parser", "main"]
 
-GROUPS = (demo, run, broker, timeline, locks, balance, log, historical, events, task)
+GROUPS = (demo, run, broker, timeline, locks, balance, log, historical, events, task, operate)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in GROUPS:
         group.register(sub)
+    operate.register_watch(sub)
     return parser
 
 

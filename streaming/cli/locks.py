@@ -22,8 +22,12 @@ def cmd_locks_replay(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    lk_cmd = sub.add_parser("locks", help="the task lockbox")
-    lksub = lk_cmd.add_subparsers(dest="action", metavar="ACTION", required=True)
+    from streaming.cli.operate import register_locks_live
+
+    lk_cmd = sub.add_parser("locks", help="the task lockbox: live locks and waiting requests (no ACTION), or "
+                                          "`locks replay FILE`")
+    register_locks_live(lk_cmd)
+    lksub = lk_cmd.add_subparsers(dest="action", metavar="ACTION", required=False)
     lrp = lksub.add_parser("replay", help="run a JSON-lines file of task requests; print decisions and final locks")
     lrp.add_argument("file")
     add_json(lrp, '{"decisions": [...], "locks": [...]}')
