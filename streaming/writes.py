@@ -19,6 +19,7 @@ from coordinator.readmodel.validate import check_payload
 from events.envelope import Envelope, encode
 from events.keys import partition_key
 from events.registry import Event
+from events.schema import Instant
 from events.topics import Topics
 
 
@@ -47,7 +48,8 @@ def envelope_of(event: Event, now_ms: int | None = None, key: str | None = None)
     k = key or partition_key(event)
     if k is None:
         raise ValueError(f"{event.event_type}: no partition key")
-    return Envelope(event, f"op-{uuid.uuid4().hex}", now_ms if now_ms is not None else int(time.time() * 1000), k)
+    at = Instant(now_ms if now_ms is not None else int(time.time() * 1000))
+    return Envelope(event, f"op-{uuid.uuid4().hex}", at, k)
 
 
 def coordinator_group(topics: Topics) -> str:

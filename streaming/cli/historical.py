@@ -9,7 +9,9 @@ from streaming.cli.common import CliError, add_kafka, bootstrap, topics
 
 
 def cmd_historical(args: argparse.Namespace) -> int:
+    import logging
     import signal
+    import sys
     import threading
 
     from streaming.historical import Historical, parse_size
@@ -20,6 +22,8 @@ def cmd_historical(args: argparse.Namespace) -> int:
         raise CliError(f"--max-size: {e}") from None
     if args.load_ms < 0:
         raise CliError(f"--load-ms: must be >= 0, got {args.load_ms}")
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = Historical(args.name, args.tier, size, bootstrap(args), topics(args), args.load_ms)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -119,8 +119,8 @@ def cmd_rules_history(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(entries)
     else:
-        for e in entries:
-            print(f"{e['at']}  {e['position']}  " + " | ".join(_rule_text(r) for r in e["rules"]))
+        for entry in entries:
+            print(f"{entry['at']}  {entry['position']}  " + " | ".join(_rule_text(r) for r in entry["rules"]))
         if not entries:
             print(f"no rules were ever set for {args.datasource}")
     return 0

@@ -22,6 +22,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     address = args.bootstrap or os.environ.get("SEGCOORD_BOOTSTRAP")
     if args.plan_every <= 0:
         raise CliError(f"--plan-every: must be a positive number of seconds, got {args.plan_every}")
+    http = None
+    if args.http:
+        from streaming.http import parse_address
+
+        try:
+            http = parse_address(args.http)
+        except ValueError as e:
+            raise CliError(f"--http: {e}") from None
     if not address:
         address = broker(args).start()  # starts the local broker, or reuses the running one
     create_topics(address, tps)
@@ -39,9 +47,14 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"balancing stages to it", flush=True)
     try:
         return run_service(address, tps, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
-                           balancing=args.balancer == "planner", incremental=args.planner == "incremental")
+                           balancing=args.balancer == "planner", incremental=args.planner == "incremental",
+                           http=http)
     except StateStoreError as e:
         raise CliError(f"--state-dir: {e}") from None
+    except OSError as e:
+        if http is None:
+            raise
+        raise CliError(f"--http {args.http}: {e.strerror or e}") from None
     finally:
         if spark_balancer is not None:
             _stop_child(spark_balancer)
@@ -63,7 +76,12 @@ def register(sub: Any) -> None:
                                      "SIGTERM/SIGINT")
     add_kafka(run)
     run.add_argument("--state-dir", help="RocksDB state folder (default $SEGCOORD_HOME/service/<prefix>)")
-    run.add_argument("--log-level", default="warn", choices=("crit", "error", "warn", "info", "debug"))
+    run.add_argument("--log-level", default="info", choices=("crit", "error", "warn", "info", "debug"),
+                     help="the service's own lines (one per planning decision batch) at info, the default; the "
+                          "libraries' at warn or above")
+    run.add_argument("--http", metavar="HOST:PORT",
+                     help="serve Druid's coordinator API, and Prometheus metrics at /metrics, there (Druid's "
+                          "coordinator port is 8081: 127.0.0.1:8081)")
     run.add_argument("--plan-every", type=float, default=5.0, metavar="SECONDS",
                      help="the planner's timer period; it also plans at once on every relevant event (default 5)")
     run.add_argument("--planner", choices=("incremental", "full"), default="incremental",
