@@ -30,6 +30,7 @@ CONNECTION_MARKERS = ("Unable connect", "Unable to connect", "Connection refused
                       "Connection reset")
 _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
 QUIET = ("faust", "mode", "aiokafka", "kafka", "aiohttp.access")
+LIBRDKAFKA_LOGGER = "kafka.librdkafka"  # the service's confluent-kafka clients log here (at warn or above)
 
 
 def strip_escapes(text: str) -> str:
@@ -71,12 +72,12 @@ class ConnectionErrors(logging.Filter):
                 record.msg, record.args = (f"broker unreachable since {_hms(now)}: {plain.splitlines()[0][:200]}",
                                            None)
                 return True
-            self.suppressed += 1
             if now - self._last_reminder >= self.remind_s:
                 self._last_reminder = now
                 record.msg, record.args = (f"broker unreachable since {_hms(self.since)} ({now - self.since:.0f} s, "
                                            f"{self.suppressed} connection errors suppressed)", None)
                 return True
+            self.suppressed += 1
             return False
 
     @property

@@ -142,6 +142,12 @@ class ServiceMetrics:
                                for m in self.lag.collect() for s in m.samples]
         self._publish(values, at_ms)
 
+    def balancer(self, alive: bool, at_ms: int) -> None:
+        """Whether the Spark balancer ``segcoord run --balancer spark`` started is still running."""
+        values: list[Value] = [("segcoord/balancer/alive", None, None, 1.0 if alive else 0.0)]
+        self._set(values)
+        self._publish(values, at_ms)
+
     # -- output ------------------------------------------------------------------------------
     def _publish(self, values: Sequence[Value], at_ms: int) -> None:
         if self.emit is None:

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
 
 from coordinator.locks.lockbox import Lockbox
 from coordinator.locks.state import LockboxState
@@ -23,7 +26,7 @@ from events.cluster import SegmentLoadRefused, ServerJoined
 from events.schema import EventValidationError
 from events.segments import SegmentAnnounced, SegmentUnannounced
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, Topics
-from streaming.replay import LogRecord, read_log
+from streaming.replay import LogRecord, ReplayError, read_log
 
 log = logging.getLogger("segcoord.readmodel")
 
@@ -58,9 +61,17 @@ class ClusterView:
             self.last_heard[event.server] = max(self.last_heard.get(event.server, 0), env.occurred_at)
 
 
-def from_log(bootstrap: str, topics: Topics) -> ClusterView:
-    """The folds of the whole log as it is now."""
-    view = ClusterView()
-    for record in read_log(bootstrap, topics):
-        view.apply(record)
-    return view
+def from_log(bootstrap: str, topics: Topics, attempts: int = 20) -> ClusterView:
+    """The folds of the whole log as it is now. A topic created a moment ago may have no partition leader
+    yet: the read is tried again (``attempts`` times, half a second apart) before it fails clearly."""
+    for attempt in range(attempts):
+        try:
+            view = ClusterView()
+            for record in read_log(bootstrap, topics):
+                view.apply(record)
+            return view
+        except KafkaException as e:
+            if attempt == attempts - 1:
+                raise ReplayError(f"reading the log from {bootstrap}: {e}") from None
+            time.sleep(0.5)
+    raise AssertionError("unreachable")

@@ -86,10 +86,12 @@ class Status:
     lag: dict[str, int]
     last_plan: dict[str, Any] | None
     dead_letters_last_hour: int
+    balancer: str  # "alive", "exited" (as last reported by the worker that started it) or "not started"
 
     def to_json(self) -> dict[str, Any]:
         return {"workerAlive": self.worker_alive, "members": self.members, "lag": self.lag,
-                "lastPlan": self.last_plan, "deadLettersLastHour": self.dead_letters_last_hour}
+                "lastPlan": self.last_plan, "deadLettersLastHour": self.dead_letters_last_hour,
+                "sparkBalancer": self.balancer}
 
 
 def status(bootstrap: str, topics: Topics, now_ms: int | None = None) -> Status:
@@ -118,10 +120,10 @@ def status(bootstrap: str, topics: Topics, now_ms: int | None = None) -> Status:
             behind[logical] = total
         lag = {agent: sum(behind[t] for t in ins) for agent, ins in AGENT_INPUTS.items()}
         dead = _count_since(consumer, topics.name(DEADLETTER), now_ms - 3600_000)
-        last_plan = _last_plan(consumer, topics.name(METRICS))
+        last_plan, balancer = _last_reports(consumer, topics.name(METRICS))
     finally:
         consumer.close()
-    return Status(members > 0, members, lag, last_plan, dead)
+    return Status(members > 0, members, lag, last_plan, dead, balancer)
 
 
 def _count_since(consumer: Consumer, name: str, since_ms: int) -> int:
@@ -133,14 +135,19 @@ def _count_since(consumer: Consumer, name: str, since_ms: int) -> int:
     return total
 
 
-def _last_plan(consumer: Consumer, name: str) -> dict[str, Any] | None:
-    """The newest ``coordinator/time`` metric event (Druid's emitter shape), if any."""
-    best: dict[str, Any] | None = None
-    for doc in _tail_records(consumer, name, 200):
-        if doc.get("metric") == "coordinator/time" and (best is None or doc["timestamp"] >= best["timestamp"]):
-            best = doc
-    return None if best is None else {"at": best["timestamp"], "durationMs": best["value"],
-                                      "run": best.get("dutyGroup", "plan")}
+def _last_reports(consumer: Consumer, name: str) -> tuple[dict[str, Any] | None, str]:
+    """The newest ``coordinator/time`` metric event (Druid's emitter shape), if any, and the Spark balancer's
+    last reported state."""
+    newest: dict[str, dict[str, Any]] = {}
+    for doc in _tail_records(consumer, name, 500):
+        metric = doc.get("metric")
+        if metric in ("coordinator/time", "segcoord/balancer/alive") and \
+                (metric not in newest or doc["timestamp"] >= newest[metric]["timestamp"]):
+            newest[str(metric)] = doc
+    plan = newest.get("coordinator/time")
+    alive = newest.get("segcoord/balancer/alive")
+    return (None if plan is None else {"at": plan["timestamp"], "durationMs": plan["value"]},
+            "not started" if alive is None else ("alive" if alive["value"] else "exited"))
 
 
 def _tail_records(consumer: Consumer, name: str, per_partition: int) -> Iterator[dict[str, Any]]:

@@ -458,6 +458,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"last plan: {st.last_plan['at']}, {st.last_plan['durationMs']} ms")
     else:
         print("last plan: none on the metrics topic")
+    print(f"Spark balancer: {st.balancer}")
     print(f"dead letters in the last hour: {st.dead_letters_last_hour}")
     return 0 if st.worker_alive else 1
 

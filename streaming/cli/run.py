@@ -48,7 +48,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         return run_service(address, tps, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
                            balancing=args.balancer == "planner", incremental=args.planner == "incremental",
-                           http=http)
+                           http=http, balancer_alive=None if spark_balancer is None
+                           else (lambda: spark_balancer.poll() is None))
     except StateStoreError as e:
         raise CliError(f"--state-dir: {e}") from None
     except OSError as e:

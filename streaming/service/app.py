@@ -311,12 +311,20 @@ def _exit_after_grace(signal_name: str) -> None:
 
 def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: str = "info",
                 plan_every_s: float = PLAN_EVERY_S, balancing: bool = True, incremental: bool = True,
-                http: tuple[str, int] | None = None) -> int:
+                http: tuple[str, int] | None = None, balancer_alive: Callable[[], bool] | None = None) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
     (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`)."""
     import faust
 
+    from streaming.logs import LIBRDKAFKA_LOGGER
     from streaming.service.observe import Observer
+
+    def stop_before_start(signum: int, _frame: Any) -> None:
+        """A stop signal before the worker installed its own handlers: unwind (the stores close) and exit 0."""
+        raise SystemExit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop_before_start)
 
     sock = None
     if http is not None:  # bound now, so a taken port is a clear error before the worker starts
@@ -331,9 +339,11 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                                                        lockbox_mod.FORMAT_VERSION))
         pl_store = stack.enter_context(AgentStateStore(state_dir / planner_mod.STORE_NAME,
                                                        planner_mod.FORMAT_VERSION))
-        tl_producer = EventProducer(bootstrap, topics)
-        lb_producer = EventProducer(bootstrap, topics)
-        pl_producer = EventProducer(bootstrap, topics)
+        # librdkafka's log lines through Python logging, so broker outages are summarized (streaming.logs)
+        kafka_log = {"logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
+        tl_producer = EventProducer(bootstrap, topics, extra=kafka_log)
+        lb_producer = EventProducer(bootstrap, topics, extra=kafka_log)
+        pl_producer = EventProducer(bootstrap, topics, extra=kafka_log)
         stack.callback(sys.stdout.flush)
         stack.callback(pl_producer.flush)
         stack.callback(lb_producer.flush)
@@ -357,7 +367,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         sys.setswitchinterval(PLANNER_GIL_SLICE_S)
         heap = FrozenHeap()
         heap.start()  # the restored state is frozen out of the collector's scans
-        observer = Observer(bootstrap, topics, planner, loglevel, sock)
+        observer = Observer(bootstrap, topics, planner, loglevel, sock, balancer_alive)
         stack.callback(observer.close)
         app = build_app(bootstrap, topics, timeline, lockbox, planner,
                         plan_every_s, heap, observer)

@@ -14,12 +14,13 @@ import contextlib
 import logging
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from events.registry import Event
 from events.topics import METRICS, Topics
-from streaming.logs import ConnectionErrors, setup
+from streaming.logs import LIBRDKAFKA_LOGGER, ConnectionErrors, setup
 from streaming.metrics import ServiceMetrics
 from streaming.producer import EventProducer
 from streaming.service.planner_agent import PlannerAgent
@@ -30,13 +31,14 @@ HEALTH_EVERY_S = 30.0  # unavailable / under-replicated over every used segment:
 
 class Observer:
     def __init__(self, bootstrap: str, topics: Topics, planner: PlannerAgent, loglevel: str,
-                 sock: socket.socket | None = None) -> None:
+                 sock: socket.socket | None = None, balancer_alive: Callable[[], bool] | None = None) -> None:
         self.topics = topics
         self.planner = planner
         self.loglevel = loglevel
         self.sock = sock
+        self.balancer_alive = balancer_alive
         self.producer = EventProducer(bootstrap, topics, extra={"enable.idempotence": False, "acks": "1",
-                                                                "logger": logging.getLogger("segcoord.kafka")})
+                                                                "logger": logging.getLogger(LIBRDKAFKA_LOGGER)})
         metrics_topic = topics.name(METRICS)
         self.metrics = ServiceMetrics(lambda key, value: self.producer.send_raw(metrics_topic, key, value))
         self.errors = ConnectionErrors()
@@ -81,6 +83,8 @@ class Observer:
     async def tick(self) -> None:
         now = int(time.time() * 1000)
         self.metrics.publish_agents(now)
+        if self.balancer_alive is not None:
+            self.metrics.balancer(self.balancer_alive(), now)
         if self._pool is not None and time.monotonic() - self._health_at >= HEALTH_EVERY_S:
             self._health_at = time.monotonic()
             st = self.planner.state

@@ -172,6 +172,9 @@ def test_every_operator_command(kafka_bootstrap: str, topics: Topics, tmp_path: 
         st = cli.json("status")
         assert st["workerAlive"] is True and set(st["lag"]) == {"timeline", "lockbox", "planner"}
         assert st["deadLettersLastHour"] == 0
+        assert st["lastPlan"]["durationMs"] >= 0 and st["sparkBalancer"] == "not started"
+        rc, out, _ = cli("status")
+        assert rc == 0 and "worker: alive" in out and "planner   lag" in out
 
 
 def test_reads_without_a_worker_and_bad_topics(kafka_bootstrap: str, topics: Topics,
