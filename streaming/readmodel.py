@@ -3,10 +3,10 @@
 :class:`ClusterView` bundles the folds the answers of :mod:`coordinator.readmodel` read: the placement
 fold (:class:`PlacementState`), the timeline (:class:`Timelines`) and the lockbox (:class:`Lockbox`, fed
 the task requests in log order, so it holds the waiters the decisions alone do not show), plus when each
-server was last heard of. It is filled either by folding the whole log (:func:`from_log`, what the
-command line does: it needs no running worker) or, inside ``segcoord run``, from the worker's own agents
-(:class:`streaming.http.LiveSource`). Nothing here decides how an event changes state: each event goes to
-the fold that owns it.
+server was last heard of and every descriptor ever published (``segments mark-used`` sends them back).
+The command line fills it by folding the whole log (:func:`from_log`: no running worker needed); the
+HTTP API of ``segcoord run`` reads the planner agent's own fold instead (:class:`streaming.http.PlacementSource`).
+Nothing here decides how an event changes state: each event goes to the fold that owns it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from coordinator.placement.state import PlacementState
 from coordinator.timeline.timelines import Timelines
 from events.cluster import SegmentLoadRefused, ServerJoined
 from events.schema import EventValidationError
-from events.segments import SegmentAnnounced, SegmentUnannounced
+from events.segment import SegmentDescriptor
+from events.segments import SegmentAnnounced, SegmentsMarkedUsed, SegmentsPublished, SegmentUnannounced
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, Topics
 from streaming.replay import LogRecord, ReplayError, read_log
 
@@ -39,6 +40,7 @@ class ClusterView:
     timelines: Timelines = field(default_factory=Timelines)
     lockbox: LockboxState = field(default_factory=Lockbox)
     last_heard: dict[str, int] = field(default_factory=dict)
+    descriptors: dict[str, SegmentDescriptor] = field(default_factory=dict)  # every segment ever published
     now: int = 0
     position: str | None = None
 
@@ -57,6 +59,8 @@ class ClusterView:
                 self.timelines.apply(event)
         if record.topic == LOCK_REQUESTS and isinstance(self.lockbox, Lockbox):
             self.lockbox.handle(env)
+        if isinstance(event, SegmentsPublished | SegmentsMarkedUsed):
+            self.descriptors.update((str(s.id), s) for s in event.segments)
         if isinstance(event, SegmentAnnounced | SegmentUnannounced | SegmentLoadRefused | ServerJoined):
             self.last_heard[event.server] = max(self.last_heard.get(event.server, 0), env.occurred_at)
 

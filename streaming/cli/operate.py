@@ -245,7 +245,7 @@ def cmd_segments(args: argparse.Namespace) -> int:
         return _mark(args, words[0], words[1:])
     if len(words) != 1:
         raise CliError("segments: expected `segments DATASOURCE [--interval I] [--state S]` or "
-                       "`segments mark-unused ID...`")
+                       "`segments mark-unused|mark-used ID...`")
     interval = _interval(args.interval) if args.interval else None
     view = _view(args)
     rows = timeline.segments(view.timelines, view.placement, words[0], interval, args.state)
@@ -271,27 +271,34 @@ def _interval(text: str) -> Any:
 
 def _mark(args: argparse.Namespace, action: str, ids: list[str]) -> int:
     from events.segment import SegmentId, SegmentIdError
-    from events.segments import SegmentsMarkedUnused
+    from events.segments import SegmentsMarkedUnused, SegmentsMarkedUsed
 
-    if action == "mark-used":
-        raise CliError("segments mark-used: not supported: the event contract has no event that marks a segment "
-                       "used again (publish it again from a task)")
     if not ids:
-        raise CliError("segments mark-unused: give at least one segment id")
+        raise CliError(f"segments {action}: give at least one segment id")
     for i, text in enumerate(ids):
         try:
             SegmentId.parse(text)
         except SegmentIdError as e:
-            raise CliError(f"segments mark-unused: ID[{i}]: {e}") from None
-    used = {str(s) for s in _view(args).placement.used}
-    unknown = [t for t in ids if t not in used]
-    if unknown:
-        raise CliError(f"segments mark-unused: not a used segment: {', '.join(unknown)}")
+            raise CliError(f"segments {action}: ID[{i}]: {e}") from None
+    view = _view(args)
+    used = {str(s) for s in view.placement.used}
+    if action == "mark-unused":
+        wrong = [t for t in ids if t not in used]
+        why = "not a used segment"
+    else:
+        wrong = [t for t in ids if t in used or t not in view.descriptors]
+        why = "already used or never published"
+    if wrong:
+        raise CliError(f"segments {action}: {why}: {', '.join(wrong)}")
     sources = {SegmentId.parse(t).data_source for t in ids}
     if len(sources) > 1:
-        raise CliError(f"segments mark-unused: one data source at a time, got {', '.join(sorted(sources))}")
-    return _submit(args, SegmentsMarkedUnused(segment_ids=tuple(ids), reason=args.reason),
-                   f"mark-unused {len(ids)} segment(s)")
+        raise CliError(f"segments {action}: one data source at a time, got {', '.join(sorted(sources))}")
+    reason = args.reason or f"{'marked unused' if action == 'mark-unused' else 'marked used'} by the operator"
+    if action == "mark-unused":
+        return _submit(args, SegmentsMarkedUnused(segment_ids=tuple(ids), reason=reason),
+                       f"mark-unused {len(ids)} segment(s)")
+    return _submit(args, SegmentsMarkedUsed(segments=tuple(view.descriptors[t] for t in ids), reason=reason),
+                   f"mark-used {len(ids)} segment(s)")
 
 
 # -- tasks, locks, lookup ------------------------------------------------------------------
@@ -395,11 +402,11 @@ def register(sub: Any) -> None:
     dss.set_defaults(func=cmd_datasources)
 
     segs = sub.add_parser("segments", help="`segments DATASOURCE`: segments with their timeline state; "
-                                           "`segments mark-unused ID...`")
-    segs.add_argument("words", nargs="+", metavar="DATASOURCE | mark-unused ID...")
+                                           "`segments mark-unused|mark-used ID...`")
+    segs.add_argument("words", nargs="+", metavar="DATASOURCE | mark-unused ID... | mark-used ID...")
     segs.add_argument("--interval", metavar="START/END", help="only segments overlapping it")
     segs.add_argument("--state", choices=("visible", "standby", "overshadowed", "offline"))
-    segs.add_argument("--reason", default="marked unused by the operator", help="with mark-unused")
+    segs.add_argument("--reason", help="with mark-unused / mark-used: why (recorded in the event)")
     _add_write(segs)
     segs.set_defaults(func=cmd_segments)
 

@@ -147,11 +147,19 @@ def test_every_operator_command(kafka_bootstrap: str, topics: Topics, tmp_path: 
         unknown = str(SegmentDescriptor("wiki", Interval(T0, T0 + DAY), "v9", 0, 1).id)
         rc, _, err = cli("segments", "mark-unused", unknown)
         assert rc == 2 and "not a used segment" in err
-        assert cli("segments", "mark-used", str(segments[2].id))[0] == 2
+        rc, _, err = cli("segments", "mark-used", str(segments[2].id))
+        assert rc == 2 and "already used or never published" in err
         rc, out, err = cli("segments", "mark-unused", str(segments[2].id))
         assert rc == 0 and "applied" in out, err
         wait_for("the unused segment dropped", lambda: all(
             s["currSize"] == 2000 for s in cli.json("servers")), service, 60)
+        assert [r["segment"] for r in cli.json("segments", "wiki")] == sorted(str(s.id) for s in segments[:2])
+        # and used again: the planner loads it back, the timeline shows it visible
+        rc, out, err = cli("segments", "mark-used", str(segments[2].id))
+        assert rc == 0 and "mark-used 1 segment(s): applied" in out, err
+        wait_for("the segment used and loaded again", lambda: all(
+            s["currSize"] == 3000 for s in cli.json("servers")), service, 60)
+        assert str(segments[2].id) in [r["segment"] for r in cli.json("segments", "wiki", "--state", "visible")]
 
         # decommission / recommission
         rc, _, err = cli("servers", "decommission", "h9")
