@@ -16,7 +16,7 @@ Endpoints (Druid's paths and JSON shapes; ``?simple`` / ``?full`` as Druid reads
 ``GET /druid/coordinator/v1/servers``                       ``[host]``; ``?simple``: ``[{host, type, tier,
                                                             currSize, maxSize, priority}]``
 ``GET /druid/coordinator/v1/datasources``                   ``[ds]`` served by some server
-``GET /druid/coordinator/v1/datasources/{ds}/segments``     ``[segment id]`` served (404 if none)
+``GET /druid/coordinator/v1/datasources/{ds}/segments``     ``[segment id]`` served (204 if none, as Druid)
 ``GET /druid/coordinator/v1/loadqueue``                     ``{server: {segmentsToLoad: [id], segmentsToDrop:
                                                             [id]}}``; ``?simple``: counts and bytes
 ``GET /druid/coordinator/v1/rules``                         ``{ds: [rule]}`` (``_default`` included)
@@ -135,7 +135,7 @@ def build_web_app(source: PlacementSource, send: Send, metrics: ServiceMetrics |
     async def datasource_segments(req: web.Request) -> web.Response:
         ds = req.match_info["ds"]
         ids = await source.read(lambda p, _now: rm.served_segments(p, ds))
-        return _json(ids) if ids else druid_error(404, f"data source {ds!r} has no served segments", "notFound")
+        return _json(ids) if ids else web.Response(status=204)  # Druid: an unknown data source is "no content"
 
     async def loadqueue(req: web.Request) -> web.Response:
         if _flag(req, "simple"):

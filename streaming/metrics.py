@@ -9,8 +9,9 @@ Each is a gauge of the last run's value, as Druid's coordinator emits one value 
 broken down by tier or server carries that dimension (``tier`` or ``server``).
 
 **Agents.** Per agent of the worker (``timeline``, ``lockbox``, ``planner``): records processed
-(``segcoord/agent/events``, a counter: its rate is events/s), batch latency (``segcoord/agent/batch/time``,
-a histogram in seconds) and lag (``segcoord/agent/lag``, records behind the end of its inputs).
+(``segcoord/agent/events``, a counter), events/s between two timer ticks (``segcoord/agent/events/rate``),
+batch latency (``segcoord/agent/batch/time``, a histogram in seconds) and lag (``segcoord/agent/lag``,
+records behind the end of its inputs).
 
 **Names.** Prometheus: Druid's prometheus-emitter convention, ``druid_`` + the name with ``/`` as ``_``
 (``segment/assigned/count`` -> ``druid_segment_assigned_count``); the agents' metrics likewise
@@ -70,6 +71,7 @@ class ServiceMetrics:
         self.lag = Gauge(prometheus_name("segcoord/agent/lag"), "records behind the end of the agent's inputs",
                          ["agent"], registry=self.registry)
         self.last_plan: dict[str, Any] | None = None
+        self._counted: dict[str, tuple[float, int]] = {}  # agent -> (events counted, when) at the last publish
 
     def _gauge(self, metric: str, dimension: str | None) -> Gauge:
         with self._lock:
@@ -137,9 +139,19 @@ class ServiceMetrics:
             self.lag.labels(agent).set(lag)
 
     def publish_agents(self, at_ms: int) -> None:
-        """The agents' current lag to the topic (called on the planner's timer)."""
+        """The agents' lag and events/s since the last call, to the gauges and the topic (called on the
+        planner's timer)."""
         values: list[Value] = [("segcoord/agent/lag", "agent", s.labels["agent"], s.value)
                                for m in self.lag.collect() for s in m.samples]
+        counts = {s.labels["agent"]: s.value for m in self.events.collect() for s in m.samples
+                  if s.name.endswith("_total")}
+        for agent, count in sorted(counts.items()):
+            before = self._counted.get(agent)
+            if before is not None and at_ms > before[1]:
+                rate = (count - before[0]) * 1000.0 / (at_ms - before[1])
+                values.append(("segcoord/agent/events/rate", "agent", agent, round(rate, 3)))
+            self._counted[agent] = (count, at_ms)
+        self._set([v for v in values if v[0] == "segcoord/agent/events/rate"])
         self._publish(values, at_ms)
 
     def balancer(self, alive: bool, at_ms: int) -> None:

@@ -104,3 +104,11 @@ def test_agent_metrics_and_names() -> None:
     assert 'druid_segcoord_agent_batch_time_count{agent="timeline"} 2.0' in text
     assert 'druid_segcoord_agent_lag{agent="timeline"} 0.0' in text
     assert prometheus_name("segment/loadQueue/size") == "druid_segment_loadQueue_size"
+    emitted: list[bytes] = []
+    m.emit = lambda _k, v: emitted.append(v)
+    m.publish_agents(T0)
+    m.batch("timeline", 30, 0.001, 0)
+    m.publish_agents(T0 + 2000)
+    rates = [orjson.loads(v) for v in emitted if b"events/rate" in v]
+    assert [(d["agent"], d["value"]) for d in rates] == [("timeline", 15)]  # 30 events in 2 s
+    assert 'druid_segcoord_agent_events_rate{agent="timeline"} 15.0' in m.exposition().decode()
