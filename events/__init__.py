@@ -36,7 +36,13 @@ from events.period import Period, PeriodError
 from events.registry import Event, all_event_classes, event_class
 from events.schema import EventValidationError, Instant
 from events.segment import SegmentDescriptor, SegmentId, SegmentIdError
-from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
+from events.segments import (
+    SegmentAnnounced,
+    SegmentsMarkedUnused,
+    SegmentsMarkedUsed,
+    SegmentsPublished,
+    SegmentUnannounced,
+)
 from events.tasks import (
     LockRequested,
     PublishRequested,
@@ -83,6 +89,7 @@ __all__ = [
     "SegmentUnannounced",
     "SegmentVisibilityChanged",
     "SegmentsMarkedUnused",
+    "SegmentsMarkedUsed",
     "SegmentsPublished",
     "ServerDecommissioned",
     "ServerJoined",

@@ -24,7 +24,13 @@ from events.cluster import (
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.registry import Event
 from events.segment import SegmentId, SegmentIdError
-from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
+from events.segments import (
+    SegmentAnnounced,
+    SegmentsMarkedUnused,
+    SegmentsMarkedUsed,
+    SegmentsPublished,
+    SegmentUnannounced,
+)
 
 
 def partition_key(event: Event) -> str | None:
@@ -36,7 +42,7 @@ def partition_key(event: Event) -> str | None:
         return event.server
     if isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad):
         return event.server
-    if isinstance(event, SegmentsPublished):
+    if isinstance(event, SegmentsPublished | SegmentsMarkedUsed):
         return event.segments[0].data_source
     if isinstance(event, SegmentAnnounced):
         return event.segment.data_source

@@ -1,4 +1,4 @@
-"""Events on ``segments``: what is used (published, marked unused) and what is online (announced)."""
+"""Events on ``segments``: what is used (published, marked unused or used again) and what is online (announced)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,16 @@ class SegmentsPublished(Event):
 @dataclass(frozen=True, slots=True)
 class SegmentsMarkedUnused(Event):
     segment_ids: tuple[str, ...] = wire("segmentIds", non_empty=True)
+    reason: str = wire("reason", allow_empty=True)
+
+
+@event_type("segments_marked_used", topic=SEGMENTS)
+@dataclass(frozen=True, slots=True)
+class SegmentsMarkedUsed(Event):
+    """Segments marked used again by an operator (Druid's markUsed); they carry their descriptors, since the
+    folds forget what they knew of a segment once it is neither used nor served. Folded as a publish is."""
+
+    segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True)
     reason: str = wire("reason", allow_empty=True)
 
 

@@ -10,7 +10,8 @@ them is compacted, not even ``cluster``: its events are deltas keyed by server
 (``server_decommissioned`` after ``server_joined``), so compaction would drop
 the tier and size that only the join carries. Compaction is for topics that
 hold state, where the latest record per key is the whole value: ``snapshots``,
-where agents keep their state snapshots keyed by ``<agent>/<partition>``.
+where agents keep their state snapshots keyed by ``<agent>/<partition>``. ``metrics`` is not part of
+the log: the service's metrics as Druid's Kafka emitter writes them, kept for a week.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ TIMELINE = "timeline"
 COMMANDS = "commands"
 DEADLETTER = "deadletter"
 SNAPSHOTS = "snapshots"
+METRICS = "metrics"
 
 DEFAULT_PREFIX = "segcoord."
 
@@ -36,12 +38,13 @@ class TopicSpec:
     name: str
     keyed_by: str
     compacted: bool = False
+    retention_ms: int = -1
 
     def configs(self) -> dict[str, str]:
-        """Broker topic configs: infinite retention for logs, compaction for state."""
+        """Broker topic configs: infinite retention for logs, compaction for state, a bounded time for metrics."""
         if self.compacted:
             return {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
-        return {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+        return {"cleanup.policy": "delete", "retention.ms": str(self.retention_ms), "retention.bytes": "-1"}
 
 
 TOPIC_SPECS: tuple[TopicSpec, ...] = (
@@ -53,6 +56,8 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(COMMANDS, "server name"),
     TopicSpec(DEADLETTER, "original key"),
     TopicSpec(SNAPSHOTS, "<agent>/<partition>", compacted=True),
+    # not part of the event log: Druid Kafka-emitter JSON (one object per metric value), kept a week
+    TopicSpec(METRICS, "metric name", retention_ms=7 * 24 * 3600 * 1000),
 )
 
 

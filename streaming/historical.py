@@ -49,6 +49,7 @@ its disk from ``segments`` and ``cluster``, then follows ``commands``.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -67,6 +68,8 @@ from events.segments import SegmentAnnounced, SegmentUnannounced
 from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
 from streaming.consumer import EventConsumer, Record
 from streaming.producer import EventProducer
+
+log = logging.getLogger("segcoord.historical")
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -220,6 +223,7 @@ class Historical:
                 reason=f"cancelled: {event.reason}" if event.reason else "cancelled",
                 used_bytes=st.used_bytes, max_size_bytes=self.max_size_bytes, move_id=load.move_id)
             self._send(refusal, record, self.name)
+            log.info("%s cancelled its queued load of %s", self.name, load.segment.id)
             st.answered.add(queued.envelope.event_id)
             st.answered.add(record.envelope.event_id)
             st.refused.add(load.command_id)
@@ -235,9 +239,12 @@ class Historical:
                 reason=f"no room: {st.used_bytes} of {self.max_size_bytes} bytes used, segment needs {seg.size}",
                 used_bytes=st.used_bytes, max_size_bytes=self.max_size_bytes, move_id=event.move_id)
             self._send(refusal, record, self.name)
+            log.warning("%s refused %s: %s", self.name, sid, refusal.reason)
         else:
             st.loaded[sid] = seg
             self._send(SegmentAnnounced(server=self.name, segment=seg), record, seg.data_source)
+            log.info("%s loaded %s (%d bytes; %d of %d bytes used)%s", self.name, sid, seg.size, st.used_bytes,
+                     self.max_size_bytes, f" [move {event.move_id}]" if event.move_id else "")
         st.answered.add(record.envelope.event_id)
         self._producer.flush()
 
@@ -246,6 +253,8 @@ class Historical:
         held = st.loaded.pop(event.segment_id, None)
         key = held.data_source if held is not None else event.segment_id.split("_", 1)[0]
         self._send(SegmentUnannounced(server=self.name, segment_id=event.segment_id), record, key)
+        log.info("%s dropped %s (%d of %d bytes used)", self.name, event.segment_id, st.used_bytes,
+                 self.max_size_bytes)
         st.answered.add(record.envelope.event_id)
         self._producer.flush()
 

@@ -3,7 +3,7 @@
 **What each event does** (the one definition; every adapter calls it):
 
 - ``SegmentsPublished``: its segments are known and used (the publish's descriptor wins);
-  ``SegmentsMarkedUnused``: no longer used.
+  ``SegmentsMarkedUnused``: no longer used; ``SegmentsMarkedUsed``: used again, as a publish.
 - ``SegmentAnnounced`` / ``SegmentUnannounced``: the server holds the segment or no longer
   does; the command it answers is settled: the one named by its causation id (also when
   that command was not read back yet: its copy is then known as answered and never
@@ -60,7 +60,13 @@ from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.envelope import Envelope
 from events.registry import Event
 from events.segment import SegmentDescriptor, SegmentId
-from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
+from events.segments import (
+    SegmentAnnounced,
+    SegmentsMarkedUnused,
+    SegmentsMarkedUsed,
+    SegmentsPublished,
+    SegmentUnannounced,
+)
 
 
 @dataclass(slots=True)
@@ -136,7 +142,7 @@ class PlacementState(Projected):
         event, cause = env.event, env.causation_id
         if isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad):
             self._command(env, t)
-        elif isinstance(event, SegmentsPublished):
+        elif isinstance(event, SegmentsPublished | SegmentsMarkedUsed):
             for seg in event.segments:
                 self.learn(seg, True)
             t.trigger = True

@@ -1,6 +1,6 @@
 """The timelines of every data source, folded from ``segments`` events.
 
-``apply(event)`` routes SegmentsPublished, SegmentsMarkedUnused,
+``apply(event)`` routes SegmentsPublished (and SegmentsMarkedUsed, folded alike), SegmentsMarkedUnused,
 SegmentAnnounced and SegmentUnannounced to the data source's
 :class:`~coordinator.timeline.timeline.Timeline` and returns the state changes,
 in segment id order; other event types change nothing. Segment ids in events
@@ -27,7 +27,13 @@ from events.interval import Interval
 from events.registry import Event
 from events.schema import EventValidationError
 from events.segment import SegmentId, SegmentIdError
-from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
+from events.segments import (
+    SegmentAnnounced,
+    SegmentsMarkedUnused,
+    SegmentsMarkedUsed,
+    SegmentsPublished,
+    SegmentUnannounced,
+)
 from events.visibility import SegmentState
 
 
@@ -47,7 +53,7 @@ class Timelines:
 
     def apply(self, event: Event) -> list[StateChange]:
         """Fold one event; raises EventValidationError for a segment id that cannot be parsed."""
-        if isinstance(event, SegmentsPublished):
+        if isinstance(event, SegmentsPublished | SegmentsMarkedUsed):
             by_source: dict[str, list] = {}  # type: ignore[type-arg]
             for seg in event.segments:
                 self._ids[str(seg.id)] = seg.id

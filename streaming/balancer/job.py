@@ -145,6 +145,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> int:
         from streaming.spark import ROCKSDB_STATE_STORE
 
         spark = (SparkSession.builder.appName("segcoord-balancer")
+                 .config("spark.ui.showConsoleProgress", "false")
                  .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_STATE_STORE)
                  .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     else:

@@ -51,7 +51,13 @@ from events.envelope import Envelope
 from events.registry import Event
 from events.schema import decode_record, encode_record
 from events.segment import SegmentDescriptor, SegmentId
-from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
+from events.segments import (
+    SegmentAnnounced,
+    SegmentsMarkedUnused,
+    SegmentsMarkedUsed,
+    SegmentsPublished,
+    SegmentUnannounced,
+)
 from streaming.inflight import DEFAULT_LOAD_TIMEOUT_MS, InFlight, ServerFacts
 
 # state entry families (one Spark MapState each) and the meta value
@@ -155,7 +161,7 @@ class TierPlacement:
         self.now = max(self.now, env.occurred_at)
         if isinstance(event, LoadSegment | DropSegment):
             return self._command(env, answered_before)
-        if isinstance(event, SegmentsPublished):
+        if isinstance(event, SegmentsPublished | SegmentsMarkedUsed):
             for seg in event.segments:
                 self.learn(seg, True)
             return True

@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, Topics
 from streaming.producer import EventProducer
@@ -82,12 +82,22 @@ StoredOffsets = Callable[[], dict[tuple[str, int], int]]
 Agent = TimelineAgent | LockboxAgent | PlannerAgent
 
 
+class Observe(Protocol):
+    """What the worker tells the observers (metrics, logs, the HTTP API; see :mod:`streaming.service.observe`)."""
+
+    def attach(self, app: Any, planner_pool: ThreadPoolExecutor) -> None: ...
+
+    def batch(self, agent: str, records: int, seconds: float, lag: int | None) -> None: ...
+
+    async def tick(self) -> None: ...
+
+
 def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: LockboxAgent,
               planner: PlannerAgent | None = None, plan_every_s: float = PLAN_EVERY_S,
-              heap: FrozenHeap | None = None) -> Any:
+              heap: FrozenHeap | None = None, observe: Observe | None = None) -> Any:
     """A Faust app with the timeline agent over every partition of ``segments``, the lockbox agent over
     every partition of ``lock-requests`` and (when given) the planner over ``segments``, ``cluster`` and
-    ``commands`` plus its timer."""
+    ``commands`` plus its timer; ``observe`` gets each agent's batches (metrics, logs, the HTTP API)."""
     import faust
 
     app_id = f"{topics.prefix}coordinator"
@@ -117,11 +127,13 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     for name, topic_names, agent in agents:
         topic = app.topic(*topic_names, key_serializer="raw", value_serializer="raw")
         pool = planner_thread if agent is planner else None
-        app.agent(topic, name=f"{app_id}.{name}")(_agent_body(name, agent, heap, pool))
+        app.agent(topic, name=f"{app_id}.{name}")(_agent_body(name, agent, heap, pool, observe, app))
         for topic_name in topic_names:
             stored.setdefault(topic_name, []).append(agent.next_offsets)
     if planner is not None:
-        app.timer(plan_every_s, name=f"{app_id}.planner-timer")(_planner_timer(planner, planner_thread))
+        app.timer(plan_every_s, name=f"{app_id}.planner-timer")(_planner_timer(planner, planner_thread, observe))
+    if observe is not None:
+        observe.attach(app, planner_thread)
     _position_from_store(app, stored)
     _short_fetch_wait(app)
     return app
@@ -146,11 +158,14 @@ def _short_fetch_wait(app: Any) -> None:
     thread._create_worker_consumer = build_with_short_wait
 
 
-def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor) -> Callable[[], Any]:
+def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor,
+                   observe: Observe | None = None) -> Callable[[], Any]:
     """The planner's timer run; skipped until the agent has applied a batch in this process and while its last
     batch was full (catching up: a run on a stale view could repeat commands the unread log already holds)."""
 
     async def planner_timer() -> None:
+        if observe is not None:
+            await observe.tick()
         if planner.batches_since_start == 0 or planner.last_batch_size >= BATCH_MAX:
             return
         try:
@@ -164,9 +179,11 @@ def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor) -> Callable[
 
 
 def _agent_body(name: str, agent: Agent, heap: FrozenHeap | None = None,
-                pool: ThreadPoolExecutor | None = None) -> Callable[[Any], Any]:
+                pool: ThreadPoolExecutor | None = None, observe: Observe | None = None,
+                app: Any = None) -> Callable[[Any], Any]:
     """The Faust agent coroutine: batches of records into ``agent.process`` (on ``pool`` when given, awaited:
     one batch at a time either way); any failure exits the process."""
+    positions: dict[Any, int] = {}  # TP -> next offset this agent will read
 
     async def body(stream: Any) -> None:
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
@@ -174,6 +191,7 @@ def _agent_body(name: str, agent: Agent, heap: FrozenHeap | None = None,
                 InputRecord(m.topic, m.partition, m.offset, m.key, m.value, round((m.timestamp or 0) * 1000))
                 for m in (e.message for e in events)
             ]
+            began = time.perf_counter()
             try:
                 if pool is None:
                     agent.process(records)
@@ -181,6 +199,10 @@ def _agent_body(name: str, agent: Agent, heap: FrozenHeap | None = None,
                     await asyncio.get_running_loop().run_in_executor(pool, agent.process, records)
                 if heap is not None:
                     heap.after_batch()
+                if observe is not None:
+                    for e in events:
+                        positions[e.message.tp] = e.message.offset + 1
+                    observe.batch(name, len(records), time.perf_counter() - began, _lag(app, positions))
             except Exception:
                 log.exception("%s agent failed; exiting so a restart resumes from the store", name)
                 logging.shutdown()
@@ -188,6 +210,21 @@ def _agent_body(name: str, agent: Agent, heap: FrozenHeap | None = None,
 
     body.__name__ = name
     return body
+
+
+def _lag(app: Any, positions: dict[Any, int]) -> int | None:
+    """Records behind the high watermarks of the partitions an agent has read (None when unknown)."""
+    if app is None:
+        return None
+    total = 0
+    for tp, position in positions.items():
+        try:
+            high = app.consumer.highwater(tp)
+        except Exception:
+            return None
+        if high is not None:
+            total += max(0, high - position)
+    return total
 
 
 def _position_from_store(app: Any, stored: dict[str, list[StoredOffsets]]) -> None:
@@ -272,21 +309,41 @@ def _exit_after_grace(signal_name: str) -> None:
     timer.start()
 
 
-def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: str = "warn",
-                plan_every_s: float = PLAN_EVERY_S, balancing: bool = True, incremental: bool = True) -> int:
-    """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out."""
+def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: str = "info",
+                plan_every_s: float = PLAN_EVERY_S, balancing: bool = True, incremental: bool = True,
+                http: tuple[str, int] | None = None, balancer_alive: Callable[[], bool] | None = None) -> int:
+    """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
+    (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`)."""
     import faust
 
+    from streaming.logs import LIBRDKAFKA_LOGGER
+    from streaming.service.observe import Observer
+
+    def stop_before_start(signum: int, _frame: Any) -> None:
+        """A stop signal before the worker installed its own handlers: unwind (the stores close) and exit 0."""
+        raise SystemExit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop_before_start)
+
+    sock = None
+    if http is not None:  # bound now, so a taken port is a clear error before the worker starts
+        sock = socket.create_server(http)
+
     with contextlib.ExitStack() as stack:
+        if sock is not None:
+            stack.callback(sock.close)
         tl_store = stack.enter_context(AgentStateStore(state_dir / timeline_mod.STORE_NAME,
                                                        timeline_mod.FORMAT_VERSION))
         lb_store = stack.enter_context(AgentStateStore(state_dir / lockbox_mod.STORE_NAME,
                                                        lockbox_mod.FORMAT_VERSION))
         pl_store = stack.enter_context(AgentStateStore(state_dir / planner_mod.STORE_NAME,
                                                        planner_mod.FORMAT_VERSION))
-        tl_producer = EventProducer(bootstrap, topics)
-        lb_producer = EventProducer(bootstrap, topics)
-        pl_producer = EventProducer(bootstrap, topics)
+        # librdkafka's log lines through Python logging, so broker outages are summarized (streaming.logs)
+        kafka_log = {"logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
+        tl_producer = EventProducer(bootstrap, topics, extra=kafka_log)
+        lb_producer = EventProducer(bootstrap, topics, extra=kafka_log)
+        pl_producer = EventProducer(bootstrap, topics, extra=kafka_log)
         stack.callback(sys.stdout.flush)
         stack.callback(pl_producer.flush)
         stack.callback(lb_producer.flush)
@@ -310,9 +367,15 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         sys.setswitchinterval(PLANNER_GIL_SLICE_S)
         heap = FrozenHeap()
         heap.start()  # the restored state is frozen out of the collector's scans
+        observer = Observer(bootstrap, topics, planner, loglevel, sock, balancer_alive)
+        stack.callback(observer.close)
         app = build_app(bootstrap, topics, timeline, lockbox, planner,
-                        plan_every_s, heap)
-        worker = _worker_class(faust.Worker)(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+                        plan_every_s, heap, observer)
+        # Faust's own INFO is start-up chatter: the libraries log at warn or above, the service's lines at loglevel
+        faust_level = "warn" if loglevel in ("info", "warn") else loglevel
+        worker = _worker_class(faust.Worker)(app, loglevel=faust_level, quiet=True, redirect_stdouts=False)
+        if not sys.stdout.isatty():
+            worker.spinner = None  # its cursor escape codes end up in log files
         try:
             worker.execute_from_commandline()
         except SystemExit as e:

@@ -108,7 +108,8 @@ import os
 import random
 import signal
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.placement import codec
@@ -174,6 +175,8 @@ class PlannerAgent:
         self.batches_since_start = 0
         self.last_batch_size = 0
         self.last_plan: Plan | None = None
+        # (plan, state, duration ms, the run's time, whether it looked at every segment)
+        self.on_run: Callable[[Plan, PlacementState, float, int, bool], None] | None = None
 
     def next_offsets(self) -> dict[tuple[str, int], int]:
         return dict(self._next)
@@ -269,7 +272,10 @@ class PlannerAgent:
         self.runs += 1
         st = self.state
         start = st.start if st.start is not None else now
+        began = time.perf_counter()
         result = plan_state(st, now, self.runs, start, False, balance=balance, scope=scope, mark_overshadowed=mark)
+        if self.on_run is not None:
+            self.on_run(result, st, (time.perf_counter() - began) * 1000, now, scope is None)
         marked = {sid for sid, _ in result.mark_unused}  # their copies are dropped by the next run
         if scope is None:
             self.last_full_run = now

@@ -35,7 +35,13 @@ from events.interval import Interval
 from events.registry import Event
 from events.schema import decode_record, encode_record
 from events.segment import SegmentDescriptor, SegmentId
-from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
+from events.segments import (
+    SegmentAnnounced,
+    SegmentsMarkedUnused,
+    SegmentsMarkedUsed,
+    SegmentsPublished,
+    SegmentUnannounced,
+)
 from events.visibility import SegmentState
 
 SEG_PREFIX = b"seg/"
@@ -75,7 +81,7 @@ def touched_ids(timelines: Timelines, event: Event) -> list[SegmentId]:
 
     Call it before ``apply``; raises EventValidationError for an id text that names no segment.
     """
-    if isinstance(event, SegmentsPublished):
+    if isinstance(event, SegmentsPublished | SegmentsMarkedUsed):
         return [s.id for s in event.segments]
     if isinstance(event, SegmentAnnounced):
         return [event.segment.id]
@@ -88,7 +94,7 @@ def touched_ids(timelines: Timelines, event: Event) -> list[SegmentId]:
 
 def learned_ids(event: Event) -> list[SegmentId]:
     """The ids whose text ``Timelines.apply(event)`` records for later resolution (latest wins)."""
-    if isinstance(event, SegmentsPublished):
+    if isinstance(event, SegmentsPublished | SegmentsMarkedUsed):
         return [s.id for s in event.segments]
     if isinstance(event, SegmentAnnounced):
         return [event.segment.id]

@@ -116,6 +116,10 @@ def test_broker_killed_and_restarted_mid_stream_service_resumes_and_loses_nothin
     finally:
         if service.alive():
             assert service.stop() == 0
+    # the outage is two lines, not thousands: when it began and how long it lasted
+    log = service.log.read_text()
+    assert "broker unreachable since" in log and "broker reconnected after" in log, log[-3000:]
+    assert sum("ERROR" in line or "|FAIL|" in line for line in log.splitlines()) < 20, log[-3000:]
     outcome = check_agent_equals_fold(bootstrap, topics, tmp_path / "state")
     assert dedup(read_all(bootstrap, topics.name(LOCKS))) == expected_locks.locks
     assert lockbox_published(bootstrap, topics) == expected_locks.segments

@@ -72,3 +72,40 @@ def test_new_cluster_ids_never_start_with_a_dash() -> None:
     cid = new_cluster_id(lambda: next(draws))
     assert cid == "BAAAAAAAAAAAAAAAAAAAAA" and len(cid) == 22
     assert all(not new_cluster_id().startswith("-") for _ in range(2000))
+
+
+def test_events_validate_checks_payloads_as_the_planner_parses_them(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    rules = ('{"event_type":"rules_set","schema_version":1,"event_id":"r1","occurred_at":"2026-11-21T10:00:00Z",'
+             '"key":"rules/wiki","causation_id":null,"payload":{"dataSource":"wiki","rules":'
+             '[{"type":"loadForever","tieredReplicants":{"hot":2}}]}}')
+    config = ('{"event_type":"dynamic_config_set","schema_version":1,"event_id":"c1",'
+              '"occurred_at":"2026-11-21T10:00:00Z","key":"config","causation_id":null,'
+              '"payload":{"config":{"maxSegmentsToMove":5}}}')
+    path = tmp_path / "events.jsonl"
+    path.write_text(rules + "\n" + config + "\n")
+    assert main(["events", "validate", str(path)]) == 0
+    assert "2 valid events" in capsys.readouterr().out
+
+    path.write_text(rules + "\n" + rules.replace('"hot":2', '"hot":-1') + "\n")
+    assert main(["events", "validate", str(path)]) == 2
+    assert f"{path}:2: payload.rules[0].tieredReplicants.hot: expected a non-negative integer, got -1" \
+        in _one_error_line(capsys)
+
+    path.write_text(config.replace('"maxSegmentsToMove":5', '"maxSegmentsToMove":"5"') + "\n")
+    assert main(["events", "validate", str(path)]) == 2
+    assert f"{path}:1: payload.config.maxSegmentsToMove: expected an integer" in _one_error_line(capsys)
+
+
+def test_operator_commands_refuse_bad_input_before_any_broker(capsys: pytest.CaptureFixture[str]) -> None:
+    # validated locally: no broker at 127.0.0.1:1 is ever asked
+    assert main(["config", "set", "maxSegmentsToMove=x", "--bootstrap", "127.0.0.1:1"]) == 2
+    assert "config.maxSegmentsToMove: expected an integer" in _one_error_line(capsys)
+    assert main(["config", "set", "replicationThrottleLimit", "--bootstrap", "127.0.0.1:1"]) == 2
+    assert "expected KEY=VALUE" in _one_error_line(capsys)
+    assert main(["segments", "mark-unused", "--bootstrap", "127.0.0.1:1"]) == 2
+    assert "at least one segment id" in _one_error_line(capsys)
+    assert main(["run", "--http", "localhost", "--bootstrap", "127.0.0.1:1"]) == 2
+    assert "--http: 'localhost': expected HOST:PORT" in _one_error_line(capsys)
+    assert main(["tail", "timeline", "--max-messages", "0", "--bootstrap", "127.0.0.1:1"]) == 2
+    assert "--max-messages: must be > 0" in _one_error_line(capsys)

@@ -1,0 +1,98 @@
+"""``segcoord run``: the coordinator service (timeline, lockbox and planner agents)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from streaming import config
+from streaming.cli.common import CliError, add_kafka, broker, topics
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from streaming.admin import create_topics
+    from streaming.service.app import run_service
+    from streaming.service.state import StateStoreError
+
+    tps = topics(args)
+    address = args.bootstrap or os.environ.get("SEGCOORD_BOOTSTRAP")
+    if args.plan_every <= 0:
+        raise CliError(f"--plan-every: must be a positive number of seconds, got {args.plan_every}")
+    http = None
+    if args.http:
+        from streaming.http import parse_address
+
+        try:
+            http = parse_address(args.http)
+        except ValueError as e:
+            raise CliError(f"--http: {e}") from None
+    if not address:
+        address = broker(args).start()  # starts the local broker, or reuses the running one
+    create_topics(address, tps)
+    state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / tps.prefix.rstrip(".")
+    print(f"segcoord run: timeline, lockbox and planner agents on {address}, topics {tps.prefix}*, "
+          f"state {state_dir}", flush=True)
+    spark_balancer = None
+    if args.balancer == "spark":
+        command = [sys.executable, "-m", "streaming.cli", "balancer", "run", "--bootstrap", address,
+                   "--topic-prefix", tps.prefix, "--checkpoint", str(state_dir / "balancer-checkpoint")]
+        for tier in args.balancer_tier or ():
+            command += ["--tier", tier]
+        spark_balancer = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+        print(f"segcoord run: Spark balancer started (pid {spark_balancer.pid}); the planner agent leaves the "
+              f"balancing stages to it", flush=True)
+    try:
+        return run_service(address, tps, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
+                           balancing=args.balancer == "planner", incremental=args.planner == "incremental",
+                           http=http, balancer_alive=None if spark_balancer is None
+                           else (lambda: spark_balancer.poll() is None))
+    except StateStoreError as e:
+        raise CliError(f"--state-dir: {e}") from None
+    except OSError as e:
+        if http is None:
+            raise
+        raise CliError(f"--http {args.http}: {e.strerror or e}") from None
+    finally:
+        if spark_balancer is not None:
+            _stop_child(spark_balancer)
+
+
+def _stop_child(child: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a child process, then SIGKILL it if it has not ended within 30 s."""
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(10)
+
+
+def register(sub: Any) -> None:
+    run = sub.add_parser("run", help="run the coordinator service (timeline, lockbox and planner agents) until "
+                                     "SIGTERM/SIGINT")
+    add_kafka(run)
+    run.add_argument("--state-dir", help="RocksDB state folder (default $SEGCOORD_HOME/service/<prefix>)")
+    run.add_argument("--log-level", default="info", choices=("crit", "error", "warn", "info", "debug"),
+                     help="the service's own lines (one per planning decision batch) at info, the default; the "
+                          "libraries' at warn or above")
+    run.add_argument("--http", metavar="HOST:PORT",
+                     help="serve Druid's coordinator API, and Prometheus metrics at /metrics, there (Druid's "
+                          "coordinator port is 8081: 127.0.0.1:8081)")
+    run.add_argument("--plan-every", type=float, default=5.0, metavar="SECONDS",
+                     help="the planner's timer period; it also plans at once on every relevant event (default 5)")
+    run.add_argument("--planner", choices=("incremental", "full"), default="incremental",
+                     help="incremental (default): an event plans the segments it touched, a timer run balances and "
+                          "looks at everything every 15 min; full: every run looks at every segment (the reference)")
+    run.add_argument("--balancer", choices=("planner", "spark", "external"), default="planner",
+                     help="who makes the balancing moves: the planner agent (default); 'spark' starts the Spark "
+                          "balancer beside the service and the planner skips its balancing stages; 'external': "
+                          "the planner skips them, a Spark balancer runs elsewhere")
+    run.add_argument("--balancer-tier", action="append", metavar="TIER",
+                     help="with --balancer spark: a tier the Spark balancer balances (repeatable; default "
+                          "_default_tier)")
+    run.set_defaults(func=cmd_run)

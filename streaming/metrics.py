@@ -1,0 +1,190 @@
+"""The service's metrics: Druid's names, served by prometheus_client and written to the ``metrics`` topic.
+
+**Planner runs.** Every run of the planner agent reports the metrics the pure planner computes
+(:attr:`coordinator.planner.planner.Plan.metrics`: ``segment/assigned/count``, ``segment/moved/count``,
+``segment/dropped/count``, ``segment/unavailable/count``, ``segment/underReplicated/count``,
+``segment/loadQueue/count``, ...) plus ``coordinator/time`` (the run's duration in ms) and
+``segment/loadQueue/size`` (bytes queued to load per server, from the placement fold).
+Each is a gauge of the last run's value, as Druid's coordinator emits one value per run; a metric
+broken down by tier or server carries that dimension (``tier`` or ``server``).
+
+**Agents.** Per agent of the worker (``timeline``, ``lockbox``, ``planner``): records processed
+(``segcoord/agent/events``, a counter), events/s between two timer ticks (``segcoord/agent/events/rate``),
+batch latency (``segcoord/agent/batch/time``, a histogram in seconds) and lag (``segcoord/agent/lag``,
+records behind the end of its inputs).
+
+**Names.** Prometheus: Druid's prometheus-emitter convention, ``druid_`` + the name with ``/`` as ``_``
+(``segment/assigned/count`` -> ``druid_segment_assigned_count``); the agents' metrics likewise
+(``druid_segcoord_agent_lag``). Kafka: one JSON object per value on ``metrics``, the shape Druid's
+Kafka emitter writes: ``{"feed": "metrics", "timestamp", "service", "host", "version", "metric",
+"value", <dimensions>}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from coordinator.placement.state import PlacementState
+from coordinator.planner.planner import Plan
+
+SERVICE = "segcoord/coordinator"
+VERSION = "0.1.0"
+#: The planner's metrics broken down by server (all others with a breakdown are by tier).
+BY_SERVER = frozenset({"segment/loadQueue/count", "segment/dropQueue/count", "segment/loadQueue/size"})
+#: Counted over the run's scope: only a full run's values describe the cluster.
+WHOLE_CLUSTER = frozenset({"segment/unavailable/count", "segment/underReplicated/count"})
+
+log = logging.getLogger("segcoord.planner")
+
+
+def prometheus_name(metric: str) -> str:
+    """``segment/assigned/count`` -> ``druid_segment_assigned_count``."""
+    return "druid_" + metric.replace("/", "_")
+
+
+Emit = Callable[[bytes, bytes], None]  # (key, value) onto the metrics topic
+Value = tuple[str, str | None, str | None, float]  # (Druid metric, dimension name, dimension value, value)
+
+
+class ServiceMetrics:
+    """Gauges, counters and histograms of one worker; thread-safe (planner runs are on a thread of their own)."""
+
+    def __init__(self, emit: Emit | None = None, host: str | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.emit = emit
+        self.host = host or socket.gethostname()
+        self._gauges: dict[str, Gauge] = {}
+        self._lock = threading.Lock()
+        self.events = Counter(prometheus_name("segcoord/agent/events"), "records processed by the agent",
+                              ["agent"], registry=self.registry)
+        self.batch_time = Histogram(prometheus_name("segcoord/agent/batch/time"), "seconds per batch",
+                                    ["agent"], registry=self.registry,
+                                    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+        self.lag = Gauge(prometheus_name("segcoord/agent/lag"), "records behind the end of the agent's inputs",
+                         ["agent"], registry=self.registry)
+        self.last_plan: dict[str, Any] | None = None
+        self._counted: dict[str, tuple[float, int]] = {}  # agent -> (events counted, when) at the last publish
+
+    def _gauge(self, metric: str, dimension: str | None) -> Gauge:
+        with self._lock:
+            g = self._gauges.get(metric)
+            if g is None:
+                g = Gauge(prometheus_name(metric), f"Druid's {metric}, last planner run",
+                          [dimension] if dimension else [], registry=self.registry)
+                self._gauges[metric] = g
+            return g
+
+    # -- the planner -------------------------------------------------------------------------
+    def plan_run(self, result: Plan, state: PlacementState, duration_ms: float, at_ms: int,
+                 full: bool = True) -> None:
+        """One planner run: its Druid metrics to the gauges and the topic, and one INFO line if it decided.
+
+        A run scoped to the segments an event touched counts ``segment/unavailable/count`` and
+        ``segment/underReplicated/count`` over those alone: they come from full runs and :meth:`load_health`."""
+        values: list[Value] = []
+        for metric, value in sorted(result.metrics.items()):
+            if metric == "decisions" or (not full and metric in WHOLE_CLUSTER):
+                continue
+            if isinstance(value, Mapping):
+                dim = "server" if metric in BY_SERVER else "tier"
+                values.extend((metric, dim, str(k), float(v)) for k, v in sorted(value.items()))
+            elif isinstance(value, int | float):
+                values.append((metric, None, None, float(value)))
+        for name in sorted(state.tier_of):
+            values.append(("segment/loadQueue/size", "server", name,
+                           float(sum(state.size(s) for s in state.loading.get(name, ())))))
+        values.append(("coordinator/time", None, None, round(duration_ms, 3)))
+        self._set(values)
+        self.last_plan = {"at": at_ms, "durationMs": round(duration_ms, 3)}
+        self._publish(values, at_ms)
+        kinds = {k: 0 for k in ("load", "drop", "move", "cancel")}
+        for cmd in result.commands:
+            kinds[cmd.type] = kinds.get(cmd.type, 0) + 1
+        if result.commands or result.mark_unused:
+            log.info("planned %d loads, %d drops, %d moves, %d cancels, %d marked unused in %.0f ms",
+                     kinds["load"], kinds["drop"], kinds["move"], kinds["cancel"], len(result.mark_unused),
+                     duration_ms)
+
+    def load_health(self, state: PlacementState, at_ms: int) -> None:
+        """``segment/unavailable/count`` and ``segment/underReplicated/count`` per tier over every used segment
+        (the read model :func:`coordinator.readmodel.placement.tier_health`); O(used segments)."""
+        from coordinator.readmodel.placement import tier_health
+
+        health = tier_health(state, at_ms)
+        values: list[Value] = [
+            ("segment/unavailable/count", None, None, float(sum(_unavailable(state, at_ms))))]
+        values.extend(("segment/underReplicated/count", "tier", tier, float(h["underReplicated"]))
+                      for tier, h in health.items())
+        self._set(values)
+        self._publish(values, at_ms)
+
+    def _set(self, values: Sequence[Value]) -> None:
+        for metric, dim, key, value in values:
+            g = self._gauge(metric, dim)
+            (g.labels(key) if dim else g).set(value)
+
+    # -- the agents --------------------------------------------------------------------------
+    def batch(self, agent: str, records: int, seconds: float, lag: int | None) -> None:
+        self.events.labels(agent).inc(records)
+        self.batch_time.labels(agent).observe(seconds)
+        if lag is not None:
+            self.lag.labels(agent).set(lag)
+
+    def publish_agents(self, at_ms: int) -> None:
+        """The agents' lag and events/s since the last call, to the gauges and the topic (called on the
+        planner's timer)."""
+        values: list[Value] = [("segcoord/agent/lag", "agent", s.labels["agent"], s.value)
+                               for m in self.lag.collect() for s in m.samples]
+        counts = {s.labels["agent"]: s.value for m in self.events.collect() for s in m.samples
+                  if s.name.endswith("_total")}
+        for agent, count in sorted(counts.items()):
+            before = self._counted.get(agent)
+            if before is not None and at_ms > before[1]:
+                rate = (count - before[0]) * 1000.0 / (at_ms - before[1])
+                values.append(("segcoord/agent/events/rate", "agent", agent, round(rate, 3)))
+            self._counted[agent] = (count, at_ms)
+        self._set([v for v in values if v[0] == "segcoord/agent/events/rate"])
+        self._publish(values, at_ms)
+
+    def balancer(self, alive: bool, at_ms: int) -> None:
+        """Whether the Spark balancer ``segcoord run --balancer spark`` started is still running."""
+        values: list[Value] = [("segcoord/balancer/alive", None, None, 1.0 if alive else 0.0)]
+        self._set(values)
+        self._publish(values, at_ms)
+
+    # -- output ------------------------------------------------------------------------------
+    def _publish(self, values: Sequence[Value], at_ms: int) -> None:
+        if self.emit is None:
+            return
+        from events.instant import format_instant
+
+        stamp = format_instant(at_ms)
+        for metric, dim, key, value in values:
+            doc: dict[str, Any] = {"feed": "metrics", "timestamp": stamp, "service": SERVICE, "host": self.host,
+                                   "version": VERSION, "metric": metric,
+                                   "value": int(value) if float(value).is_integer() else value}
+            if dim:
+                doc[dim] = key
+            self.emit(metric.encode(), orjson.dumps(doc))
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every metric."""
+        return generate_latest(self.registry)
+
+
+def _unavailable(state: PlacementState, at_ms: int) -> list[int]:
+    from coordinator.readmodel.placement import load_status_simple
+
+    return list(load_status_simple(state, at_ms).values())
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,121 @@
+"""What watches the worker: metrics (prometheus and the ``metrics`` topic), readable logs, the HTTP API.
+
+One :class:`Observer` per ``segcoord run``. It hears every agent batch (records, seconds, lag) and
+every planner run (through :attr:`PlannerAgent.on_run`, on the planner's thread), and on the planner's
+timer publishes the agents' lag and, during a broker outage, probes the broker so the
+"reconnected after" line comes even when no input arrives. With an HTTP socket it serves
+:mod:`streaming.http` in the worker's event loop. It never changes what an agent decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from events.registry import Event
+from events.topics import METRICS, Topics
+from streaming.logs import LIBRDKAFKA_LOGGER, ConnectionErrors, setup
+from streaming.metrics import ServiceMetrics
+from streaming.producer import EventProducer
+from streaming.service.planner_agent import PlannerAgent
+
+log = logging.getLogger("segcoord.service")
+HEALTH_EVERY_S = 30.0  # unavailable / under-replicated over every used segment: O(used segments), so not per run
+
+
+class Observer:
+    def __init__(self, bootstrap: str, topics: Topics, planner: PlannerAgent, loglevel: str,
+                 sock: socket.socket | None = None, balancer_alive: Callable[[], bool] | None = None) -> None:
+        self.topics = topics
+        self.planner = planner
+        self.loglevel = loglevel
+        self.sock = sock
+        self.balancer_alive = balancer_alive
+        self.producer = EventProducer(bootstrap, topics, extra={"enable.idempotence": False, "acks": "1",
+                                                                "logger": logging.getLogger(LIBRDKAFKA_LOGGER)})
+        metrics_topic = topics.name(METRICS)
+        self.metrics = ServiceMetrics(lambda key, value: self.producer.send_raw(metrics_topic, key, value)
+                                      if self._topic_exists(metrics_topic) else None)
+        self.errors = ConnectionErrors()
+        self._runner: Any = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._health_at = 0.0
+        self._metrics_topic_ok: bool | None = None
+        setup(loglevel)  # the levels now (the worker's start-up); the handlers' filter once it runs
+        planner.on_run = self.metrics.plan_run
+
+    def attach(self, app: Any, planner_pool: ThreadPoolExecutor) -> None:
+        self._pool = planner_pool
+
+        async def started() -> None:
+            setup(self.loglevel, self.errors)
+            if self.sock is not None:
+                await self._serve(planner_pool)
+
+        app.task(started)
+
+    async def _serve(self, planner_pool: ThreadPoolExecutor) -> None:
+        from aiohttp import web
+
+        from streaming.http import PlacementSource, build_web_app
+        from streaming.writes import envelope_of
+
+        def send(event: Event) -> None:
+            self.producer.send(envelope_of(event))
+            self.producer.flush(15)
+
+        assert self.sock is not None
+        webapp = build_web_app(PlacementSource(lambda: self.planner.state, planner_pool), send, self.metrics)
+        self._runner = web.AppRunner(webapp, access_log=None)
+        await self._runner.setup()
+        await web.SockSite(self._runner, self.sock).start()
+        host, port = self.sock.getsockname()[:2]
+        log.info("HTTP API on http://%s:%d/ (Druid's /druid/coordinator/v1/..., /metrics)", host, port)
+
+    def batch(self, agent: str, records: int, seconds: float, lag: int | None) -> None:
+        self.metrics.batch(agent, records, seconds, lag)
+        self.errors.healthy()
+
+    async def tick(self) -> None:
+        now = int(time.time() * 1000)
+        self.metrics.publish_agents(now)
+        if self.balancer_alive is not None:
+            self.metrics.balancer(self.balancer_alive(), now)
+        if self._pool is not None and time.monotonic() - self._health_at >= HEALTH_EVERY_S:
+            self._health_at = time.monotonic()
+            st = self.planner.state
+            await asyncio.get_running_loop().run_in_executor(
+                self._pool, self.metrics.load_health, st, max(now, st.last_event_at))
+        if self.errors.unreachable:
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.run_in_executor(None, self._probe)
+            except Exception:
+                return
+            self.errors.healthy()
+
+    def _topic_exists(self, name: str) -> bool:
+        """Checked once: without the topic (created by ``segcoord run``/``topics create``) metrics stay local."""
+        if self._metrics_topic_ok is None:
+            try:
+                meta = self.producer._producer.list_topics(name, timeout=5).topics.get(name)
+                self._metrics_topic_ok = meta is not None and meta.error is None
+            except Exception:
+                return False  # the broker is away: ask again next time
+            if not self._metrics_topic_ok:
+                log.warning("topic %s does not exist: metrics go to /metrics only (run `segcoord topics create`)",
+                            name)
+        return self._metrics_topic_ok
+
+    def _probe(self) -> None:
+        self.producer._producer.list_topics(timeout=2)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.producer.flush(5)
