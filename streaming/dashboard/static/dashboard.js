@@ -33,6 +33,17 @@ function shortTime(iso) {  // 2026-01-01T00:00:00.000Z -> 2026-01-01 00:00 (UTC)
   return iso.slice(0, 10) + " " + iso.slice(11, 16);
 }
 
+function interval(iso) {  // start/end -> "2026-11-21 00:00 → 2026-11-22 00:00"
+  const [a, b] = iso.split("/");
+  return shortTime(a) + " → " + shortTime(b);
+}
+
+function segmentLabel(id) {  // dataSource_start_end_version[_partition] -> a short label (the id goes in the title)
+  const m = /^(.+)_(\d{4}-\d\d-\d\dT[\d:.]+Z)_(\d{4}-\d\d-\d\dT[\d:.]+Z)_(.+?)(?:_(\d+))?$/.exec(id || "");
+  if (!m) return id || "";
+  return `${m[1]} ${interval(m[2] + "/" + m[3])} ${m[4]}` + (m[5] ? ` #${m[5]}` : "");
+}
+
 function bar(fraction, label, extra) {
   const pct = Math.max(0, Math.min(1, fraction)) * 100;
   const cls = "bar" + (extra ? " " + extra : "") + (!extra && pct >= 95 ? " full" : !extra && pct >= 80 ? " warn" : "");
@@ -52,13 +63,13 @@ function drawTiers(tiers) {
   box.replaceChildren(...tiers.map(t => {
     const facts = el("span", { class: "tier-facts" },
       `${t.servers.length} server${t.servers.length === 1 ? "" : "s"} · ${bytes(t.currSize)} of ${bytes(t.maxSize)}` +
-      ` · ${t.segments} segments wanted · `);
+      ` · ${t.segments} segments to serve · `);
     facts.append(el("span", { class: t.unavailable ? "bad" : "" }, `${t.unavailable} unavailable`), " · ",
                  el("span", { class: t.underReplicated ? "bad" : "" }, `${t.underReplicated} under-replicated`));
     const rows = t.servers.map(s => el("div", { class: "server", "data-server": s.name },
       el("span", { class: "server-name", title: s.name }, s.name),
       bar(s.maxSize ? s.currSize / s.maxSize : 0, `${bytes(s.currSize)} / ${bytes(s.maxSize)}`),
-      el("span", { class: "server-facts" }, `${s.segments} seg · queue ${s.segmentsToLoad}↓ ${s.segmentsToDrop}↑`,
+      el("span", { class: "server-facts" }, `${s.segments} segments · queue: ${s.segmentsToLoad} load, ${s.segmentsToDrop} drop`,
          ...(s.decommissioning ? [el("span", { class: "badge decommissioning" }, "draining")] : []))));
     if (!rows.length) rows.push(el("p", { class: "empty" }, "No server in this tier: its segments cannot load."));
     return el("div", { class: "tier", "data-tier": t.tier },
@@ -110,21 +121,25 @@ function drawTimeline(tl) {
   }
   const spans = segs.map(s => s.interval.split("/").map(Date.parse));
   const lo = Math.min(...spans.map(x => x[0])), hi = Math.max(...spans.map(x => x[1]));
-  const cells = new Map();  // version -> "start/end" -> [segment]
+  // lanes: 0 holds each time chunk's newest version, lane n the versions n steps older in that chunk
+  const lane = segs.map((s, i) => new Set(segs.filter((o, j) => o.version > s.version &&
+    spans[j][0] < spans[i][1] && spans[i][0] < spans[j][1]).map(o => o.version)).size);
+  const cells = new Map();  // lane -> "version interval" -> {span, version, parts}
   segs.forEach((s, i) => {
-    if (!cells.has(s.version)) cells.set(s.version, new Map());
-    const byInterval = cells.get(s.version);
-    if (!byInterval.has(s.interval)) byInterval.set(s.interval, { span: spans[i], parts: [] });
-    byInterval.get(s.interval).parts.push(s);
+    if (!cells.has(lane[i])) cells.set(lane[i], new Map());
+    const key = s.version + " " + s.interval, byChunk = cells.get(lane[i]);
+    if (!byChunk.has(key)) byChunk.set(key, { span: spans[i], version: s.version, parts: [] });
+    byChunk.get(key).parts.push(s);
   });
-  const versions = [...cells.keys()].sort().reverse();
-  const rows = versions.map(v => el("div", { class: "chart-row" },
-    el("span", { class: "chart-label", title: "version " + v }, v),
-    el("div", { class: "chart-lane" }, ...[...cells.get(v).values()].map(c => {
+  const lanes = [...cells.keys()].sort((a, b) => a - b);
+  const rows = lanes.map(n => el("div", { class: "chart-row" },
+    el("span", { class: "chart-label" }, n === 0 ? "newest version" : `${n} version${n === 1 ? "" : "s"} older`),
+    el("div", { class: "chart-lane" }, ...[...cells.get(n).values()].map(c => {
       const left = (c.span[0] - lo) / (hi - lo) * 100, width = (c.span[1] - c.span[0]) / (hi - lo) * 100;
       const tip = c.parts.map(p => `${p.segment}: ${p.state}` + (p.servers.length ? ` on ${p.servers.join(", ")}` : ""));
       return el("div", { class: "cell", title: tip.join("\n"), style: `left:${left}%;width:${width}%` },
-                ...c.parts.map(p => el("i", { class: "cell " + p.state, style: "position:static" })));
+                ...c.parts.map(p => el("i", { class: "cell " + p.state, style: "position:static" })),
+                el("b", {}, c.version));
     }))));
   const axis = el("div", { class: "axis" }, el("span", {}),
                   el("div", {}, el("span", {}, shortTime(new Date(lo).toISOString())),
@@ -132,7 +147,7 @@ function drawTimeline(tl) {
   chart.replaceChildren(...rows, axis);
   body.replaceChildren(...segs.map(s => el("tr", { "data-segment": s.segment, "data-state": s.state,
                                                    "data-servers": s.servers.join(",") },
-    el("td", { class: "mono" }, s.interval.replace("/", " / ")), el("td", { class: "mono" }, s.version),
+    el("td", { class: "mono", title: s.interval }, interval(s.interval)), el("td", { class: "mono" }, s.version),
     el("td", { class: "num" }, s.partition), el("td", {}, el("span", { class: "state " + s.state }, s.state)),
     el("td", { class: "num" }, bytes(s.size)),
     el("td", { class: "mono" }, s.servers.length ? s.servers.join(", ") : "—"))));
@@ -154,19 +169,19 @@ function drawFeeds(recent) {
 
 function commandItem(e) {
   const action = e.action || e.type;
-  return el("li", { "data-action": action },
+  const why = e.reason ? `${e.stage ? e.stage + ": " : ""}${e.reason}` : "";
+  return el("li", { "data-action": action, "data-segment": e.segment || "", "data-server": e.server || "", title: (e.segment || "") + (why ? "\n" + why : "") },
     el("time", {}, clock(e.at)), el("span", { class: "what act-" + action.replace(" ", "-") }, action),
-    el("span", { class: "seg", title: e.segment || "" }, `${e.server || ""}  ${e.segment || e.reason || ""}`),
-    ...(e.reason && e.segment ? [el("span", { class: "detail" }, `${e.stage ? e.stage + ": " : ""}${e.reason}`)] : []));
+    el("span", { class: "who" }, e.server || ""),
+    el("span", { class: "seg" }, segmentLabel(e.segment) || e.reason || ""));
 }
 
 function visibilityItem(e) {
   if (!e.to) return el("li", {}, el("time", {}, clock(e.at)), el("span", { class: "what" }, e.type),
                        el("span", { class: "seg" }, e.reason || ""));
-  return el("li", { "data-segment": e.segment, "data-to": e.to },
+  return el("li", { "data-segment": e.segment, "data-to": e.to, title: `${e.segment}\nwas ${e.from}` },
     el("time", {}, clock(e.at)), el("span", {}, el("span", { class: "state " + e.to }, e.to)),
-    el("span", { class: "seg", title: e.segment }, e.segment),
-    el("span", { class: "detail" }, `was ${e.from}`));
+    el("span", { class: "who" }, "was " + e.from), el("span", { class: "seg" }, segmentLabel(e.segment)));
 }
 
 function choose(ds) {
