@@ -102,11 +102,13 @@ class RecentEvents:
                 msg = consumer.poll(0.5)
                 if msg is None:
                     continue
-                if msg.error() is not None:
-                    if msg.error().code() != KafkaError._PARTITION_EOF:
-                        log.debug("recent events: %s", msg.error().str())
+                err, topic = msg.error(), msg.topic()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        log.debug("recent events: %s", err.str())
                     continue
-                self.add(msg.topic(), msg.value())
+                if topic is not None:
+                    self.add(topic, msg.value())
         finally:
             consumer.close()
 

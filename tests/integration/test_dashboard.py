@@ -13,9 +13,11 @@ import os
 import shutil
 import signal
 import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,6 +71,14 @@ class HistoricalProcs:
                 p.kill()
 
 
+def get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
 def segment_row(page: Elements, segment: SegmentDescriptor) -> dict[str, str] | None:
     rows = page.find("tr", data_segment=str(segment.id))
     return rows[0][0] if rows else None
@@ -94,6 +104,13 @@ def test_published_segments_appear_loaded_and_visible(kafka_bootstrap: str, topi
             except (OSError, IndexError, KeyError):
                 return False
         wait_for("the dashboard's answers with both historicals", api_up, service, 90)
+
+        # the page's own answers refuse bad parameters as the Druid API does, and serve only their files
+        assert get(f"{url}segcoord/v1/datasources/wiki/timeline?limit=0")[0] == 400
+        status, doc = get(f"{url}segcoord/v1/dashboard/recent?since=x")
+        assert status == 400 and doc["errorMessage"] == "since: expected an integer, got 'x'"
+        assert get(f"{url}dashboard/static/..%2Fhttp.py")[0] == 404
+        assert get(f"{url}segcoord/v1/datasources/nope/timeline")[1]["segments"] == []
 
         # the empty page already names its sections, and shows the servers (no segment yet)
         first = Elements.of(chromium.dom(url))
