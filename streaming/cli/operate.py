@@ -260,13 +260,13 @@ def cmd_segments(args: argparse.Namespace) -> int:
     return 0
 
 
-def _interval(text: str) -> Any:
+def _interval(text: str, name: str = "--interval") -> Any:
     from events.interval import Interval, IntervalError
 
     try:
         return Interval.parse(text)
     except IntervalError as e:
-        raise CliError(f"--interval {text!r}: {e}") from None
+        raise CliError(f"{name} {text!r}: {e}") from None
 
 
 def _mark(args: argparse.Namespace, action: str, ids: list[str]) -> int:
@@ -339,7 +339,7 @@ def cmd_locks_live(args: argparse.Namespace) -> int:
 def cmd_lookup(args: argparse.Namespace) -> int:
     from coordinator.readmodel import timeline
 
-    interval = _interval(args.interval)
+    interval = _interval(args.interval, "START/END")
     rows = timeline.lookup(_view(args).timelines, args.datasource, interval)
     if args.json:
         _print_json(rows)

@@ -72,6 +72,14 @@ def test_every_operator_command(kafka_bootstrap: str, topics: Topics, tmp_path: 
         assert rc == 2 and "payload.rules[0].tieredReplicants.hot: expected a non-negative integer" in err
         (tmp_path / "notjson.json").write_text("[{")
         assert cli("rules", "set", "wiki", str(tmp_path / "notjson.json"))[0] == 2
+        rc, _, err = cli("rules", "set", "wiki", str(tmp_path / "missing.json"))
+        assert rc == 2 and "missing.json" in err
+        (tmp_path / "object.json").write_text('{"type": "loadForever"}')
+        rc, _, err = cli("rules", "set", "wiki", str(tmp_path / "object.json"))
+        assert rc == 2 and "expected a JSON list of rule objects" in err
+        (tmp_path / "empty.json").write_text("[]")
+        rc, _, err = cli("rules", "set", "_default", str(tmp_path / "empty.json"))
+        assert rc == 2 and "_default rules cannot be empty" in err
         good = tmp_path / "rules.json"
         good.write_text('[{"type": "loadForever", "tieredReplicants": {"hot": 2}}]')
         rc, out, err = cli("rules", "set", "wiki", str(good))
@@ -131,6 +139,10 @@ def test_every_operator_command(kafka_bootstrap: str, topics: Topics, tmp_path: 
         assert len(cli.json("segments", "wiki", "--interval", Interval(T0, T0 + DAY).iso())) == 1
         rc, _, err = cli("segments", "wiki", "--interval", "nope")
         assert rc == 2 and "--interval" in err
+        rc, _, err = cli("lookup", "wiki", "2026-01-02/2026-01-01")
+        assert rc == 2 and "START/END '2026-01-02/2026-01-01'" in err
+        assert cli("segments", "wiki", "extra")[0] == 2
+        assert cli.json("rules", "history", "nope") == []
         assert cli.json("lookup", "wiki", Interval(T0 + DAY // 2, T0 + DAY * 3 // 2).iso()) == [
             {"segment": str(segments[0].id), "intervals": [Interval(T0 + DAY // 2, T0 + DAY).iso()]},
             {"segment": str(segments[1].id), "intervals": [Interval(T0 + DAY, T0 + DAY * 3 // 2).iso()]}]
@@ -168,6 +180,7 @@ def test_every_operator_command(kafka_bootstrap: str, topics: Topics, tmp_path: 
         assert cli("servers", "decommission", "h1")[0] == 0
         assert {s["name"]: s["decommissioning"] for s in cli.json("servers")} == {"h1": True, "h2": False}
         assert cli("servers", "recommission", "h1")[0] == 0
+        assert cli("servers", "recommission", "nobody")[0] == 2
         assert not any(s["decommissioning"] for s in cli.json("servers"))
 
         # tail and status

@@ -9,6 +9,7 @@ target announced), writing the answers back to ``segments`` for the job to read.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import statistics
 import subprocess
@@ -255,10 +256,22 @@ def test_segcoord_run_with_the_spark_balancer_starts_it_and_leaves_balancing_to_
         assert "balancing left to the Spark balancer" in text
         child = int(text.split("Spark balancer started (pid ", 1)[1].split(")", 1)[0])
         assert str(tmp_path / "state" / "balancer-checkpoint") in text
+
+        # segcoord status sees the balancer alive (the worker reports it on the metrics topic)
+        def balancer_state() -> str:
+            got = subprocess.run([str(Path(sys.executable).parent / "segcoord"), "status", "--json", "--bootstrap",
+                                  kafka_bootstrap, "--topic-prefix", topics.prefix], capture_output=True, text=True,
+                                 timeout=60)
+            return str(json.loads(got.stdout)["sparkBalancer"]) if got.stdout.strip() else ""
+        while balancer_state() != "alive":
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline + 60, log.read_text()[-3000:]
+            time.sleep(1.0)
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(90)
     assert code == 0, log.read_text()[-3000:]
+    assert "\x1b" not in log.read_text() and "\r" not in log.read_text(), "escape codes or progress bars in the log"
     deadline = time.monotonic() + 30
     while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
         time.sleep(0.5)
