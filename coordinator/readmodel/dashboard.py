@@ -10,6 +10,7 @@ want and no server serves shows up (its segments unavailable) instead of vanishi
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -49,22 +50,22 @@ def overview(p: PlacementState, now: int, last_heard: Mapping[str, int] | None =
 def timeline(data_source: str, known: Mapping[SegmentId, SegmentState], p: PlacementState,
              limit: int = TIMELINE_LIMIT) -> dict[str, Any]:
     """One data source's segments with their timeline state and holders, newest time chunk first (then version,
-    newest first, then partition), cut at ``limit``; ``counts`` and ``total`` cover every segment.
+    newest first, then partition), cut at ``limit``; ``counts`` and ``total`` cover every segment. Only the
+    ``limit`` segments shown become rows (O(n log limit)), so a data source of 100k segments stays cheap.
 
     >>> timeline("wiki", {}, PlacementState())
     {'dataSource': 'wiki', 'total': 0, 'counts': {'visible': 0, 'standby': 0, 'overshadowed': 0, 'offline': 0}, \
 'segments': [], 'truncated': False}
     """
-    rows = segment_rows(known, p)
-    counts = Counter(r["state"] for r in rows)
-    rows.sort(key=lambda r: r["partition"])
-    rows.sort(key=lambda r: r["version"], reverse=True)
-    rows.sort(key=lambda r: _start_end(r["interval"]), reverse=True)
-    return {"dataSource": data_source, "total": len(rows), "counts": {s: counts[s] for s in STATES},
-            "segments": rows[:limit], "truncated": len(rows) > limit}
+    counts: Counter[str] = Counter(st for st in known.values() if st != "absent")
+    total = sum(counts.values())
+    shown = heapq.nlargest(limit, (sid for sid, st in known.items() if st != "absent"), key=_newest_first)
+    by_id = {str(sid): i for i, sid in enumerate(shown)}
+    rows = sorted(segment_rows({sid: known[sid] for sid in shown}, p), key=lambda r: by_id[r["segment"]])
+    return {"dataSource": data_source, "total": total, "counts": {s: counts[s] for s in STATES},
+            "segments": rows, "truncated": total > limit}
 
 
-def _start_end(iso: str) -> tuple[str, str]:
-    """An ISO interval's ends as texts: they sort as instants (one fixed UTC format)."""
-    start, _, end = iso.partition("/")
-    return start, end
+def _newest_first(sid: SegmentId) -> tuple[int, int, str, int]:
+    """Larger is shown first: later chunk start, then later end, newer version, lower partition."""
+    return sid.interval.start, sid.interval.end, sid.version, -sid.partition_id
