@@ -38,10 +38,17 @@ function interval(iso) {  // start/end -> "2026-11-21 00:00 → 2026-11-22 00:00
   return shortTime(a) + " → " + shortTime(b);
 }
 
+function compactInterval(a, b) {  // 2026-11-23T00:00Z, 2026-11-24T00:00Z -> "2026-11-23 → 11-24"
+  const midnight = a.slice(11, 23) === "00:00:00.000" && b.slice(11, 23) === "00:00:00.000";
+  const start = midnight ? a.slice(0, 10) : shortTime(a);
+  const end = midnight ? b.slice(0, 10) : shortTime(b);
+  return start + " → " + (end.slice(0, 5) === start.slice(0, 5) ? end.slice(5) : end);
+}
+
 function segmentLabel(id) {  // dataSource_start_end_version[_partition] -> a short label (the id goes in the title)
   const m = /^(.+)_(\d{4}-\d\d-\d\dT[\d:.]+Z)_(\d{4}-\d\d-\d\dT[\d:.]+Z)_(.+?)(?:_(\d+))?$/.exec(id || "");
   if (!m) return id || "";
-  return `${m[1]} ${interval(m[2] + "/" + m[3])} ${m[4]}` + (m[5] ? ` #${m[5]}` : "");
+  return `${m[1]} ${m[4]}` + (m[5] ? ` #${m[5]}` : "") + " " + compactInterval(m[2], m[3]);
 }
 
 function bar(fraction, label, extra) {
