@@ -38,17 +38,18 @@ function interval(iso) {  // start/end -> "2026-11-21 00:00 → 2026-11-22 00:00
   return shortTime(a) + " → " + shortTime(b);
 }
 
-function compactInterval(a, b) {  // 2026-11-23T00:00Z, 2026-11-24T00:00Z -> "2026-11-23 → 11-24"
+function compactInterval(a, b) {  // "2026-11-23→11-24" (whole days), "2026-11-23 01:00→02:00" (within a day)
   const midnight = a.slice(11, 23) === "00:00:00.000" && b.slice(11, 23) === "00:00:00.000";
   const start = midnight ? a.slice(0, 10) : shortTime(a);
   const end = midnight ? b.slice(0, 10) : shortTime(b);
-  return start + " → " + (end.slice(0, 5) === start.slice(0, 5) ? end.slice(5) : end);
+  if (!midnight && end.slice(0, 10) === start.slice(0, 10)) return start + "→" + end.slice(11);
+  return start + "→" + (end.slice(0, 5) === start.slice(0, 5) ? end.slice(5) : end);
 }
 
 function segmentLabel(id) {  // dataSource_start_end_version[_partition] -> a short label (the id goes in the title)
-  const m = /^(.+)_(\d{4}-\d\d-\d\dT[\d:.]+Z)_(\d{4}-\d\d-\d\dT[\d:.]+Z)_(.+?)(?:_(\d+))?$/.exec(id || "");
+  const m = /^(.+?)_(\d{4}-\d\d-\d\dT[\d:.]+Z)_(\d{4}-\d\d-\d\dT[\d:.]+Z)_(.+?)(?:_(\d+))?$/.exec(id || "");
   if (!m) return id || "";
-  return `${m[1]} ${m[4]}` + (m[5] ? ` #${m[5]}` : "") + " " + compactInterval(m[2], m[3]);
+  return `${m[1]} ${compactInterval(m[2], m[3])} ${m[4]}` + (m[5] ? ` #${m[5]}` : "");
 }
 
 function bar(fraction, label, extra) {
@@ -145,8 +146,8 @@ function drawTimeline(tl) {
       const left = (c.span[0] - lo) / (hi - lo) * 100, width = (c.span[1] - c.span[0]) / (hi - lo) * 100;
       const tip = c.parts.map(p => `${p.segment}: ${p.state}` + (p.servers.length ? ` on ${p.servers.join(", ")}` : ""));
       return el("div", { class: "cell", title: tip.join("\n"), style: `left:${left}%;width:${width}%` },
-                ...c.parts.map(p => el("i", { class: "cell " + p.state, style: "position:static" })),
-                el("b", {}, c.version));
+                ...c.parts.map(p => el("i", { class: "stripe " + p.state })),
+                ...(width >= 6 ? [el("b", {}, c.version)] : []));  // a label only where it fits
     }))));
   const axis = el("div", { class: "axis" }, el("span", {}),
                   el("div", {}, el("span", {}, shortTime(new Date(lo).toISOString())),
