@@ -85,7 +85,7 @@ def segment_row(page: Elements, segment: SegmentDescriptor) -> dict[str, str] | 
 
 
 def test_published_segments_appear_loaded_and_visible(kafka_bootstrap: str, topics: Topics, tmp_path: Path,
-                                                      chromium: Chromium) -> None:
+                                                      chromium: Chromium, capsys: pytest.CaptureFixture[str]) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     service = PlanService(kafka_bootstrap, topics, tmp_path / "state", tmp_path / "run.log", plan_every=1)
@@ -152,7 +152,8 @@ def test_published_segments_appear_loaded_and_visible(kafka_bootstrap: str, topi
         shot = chromium.screenshot(url + "#wiki", tmp_path / "dashboard.png")
         ARTIFACTS.mkdir(exist_ok=True)
         copy = shutil.copy(shot, ARTIFACTS / "dashboard.png")
-        print(f"dashboard screenshot: {shot} (copied to {copy})")
+        with capsys.disabled():  # shown whatever pytest's capture mode
+            print(f"\ndashboard screenshot: {shot} (copied to {copy})")
     finally:
         historicals.stop()
         assert service.stop() == 0
