@@ -47,12 +47,14 @@ class Observer:
         self.producer = EventProducer(bootstrap, topics, extra={"enable.idempotence": False, "acks": "1",
                                                                 "logger": logging.getLogger(LIBRDKAFKA_LOGGER)})
         metrics_topic = topics.name(METRICS)
-        self.metrics = ServiceMetrics(lambda key, value: self.producer.send_raw(metrics_topic, key, value))
+        self.metrics = ServiceMetrics(lambda key, value: self.producer.send_raw(metrics_topic, key, value)
+                                      if self._topic_exists(metrics_topic) else None)
         self.errors = ConnectionErrors()
         self._runner: Any = None
         self._recent: RecentEvents | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._health_at = 0.0
+        self._metrics_topic_ok: bool | None = None
         setup(loglevel)  # the levels now (the worker's start-up); the handlers' filter once it runs
         planner.on_run = self.metrics.plan_run
 
@@ -110,6 +112,19 @@ class Observer:
             except Exception:
                 return
             self.errors.healthy()
+
+    def _topic_exists(self, name: str) -> bool:
+        """Checked once: without the topic (created by ``segcoord run``/``topics create``) metrics stay local."""
+        if self._metrics_topic_ok is None:
+            try:
+                meta = self.producer._producer.list_topics(name, timeout=5).topics.get(name)
+                self._metrics_topic_ok = meta is not None and meta.error is None
+            except Exception:
+                return False  # the broker is away: ask again next time
+            if not self._metrics_topic_ok:
+                log.warning("topic %s does not exist: metrics go to /metrics only (run `segcoord topics create`)",
+                            name)
+        return self._metrics_topic_ok
 
     def _probe(self) -> None:
         self.producer._producer.list_topics(timeout=2)
