@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test install jars lint typecheck unit integration bench clean
+.PHONY: run test install jars browser lint typecheck unit integration bench clean
 
 $(VENV)/.installed: pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is required (apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -20,6 +20,12 @@ install: $(VENV)/.installed
 jars: install
 	@$(BIN)/segcoord jars fetch
 
+# the dashboard's browser test drives Debian's headless chromium
+browser:
+	@command -v chromium >/dev/null || { echo "installing chromium (the dashboard's browser test)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
+	  { echo "chromium is required by the browser test: apt-get install -y chromium (as root)"; exit 1; }
+
 run: install
 	$(BIN)/segcoord demo
 
@@ -32,11 +38,11 @@ typecheck: install
 unit: install
 	$(BIN)/python -m pytest tests/unit
 
-integration: install jars
+integration: install jars browser
 	$(BIN)/python -m pytest tests/integration
 
 # pytest exits 5 when it collected no test: that is a failure here.
-test: install jars lint typecheck
+test: install jars browser lint typecheck
 	@$(BIN)/python -m pytest; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 

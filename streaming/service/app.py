@@ -367,7 +367,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         sys.setswitchinterval(PLANNER_GIL_SLICE_S)
         heap = FrozenHeap()
         heap.start()  # the restored state is frozen out of the collector's scans
-        observer = Observer(bootstrap, topics, planner, loglevel, sock, balancer_alive)
+        observer = Observer(bootstrap, topics, planner, loglevel, sock, balancer_alive, lambda: timeline.timelines)
         stack.callback(observer.close)
         app = build_app(bootstrap, topics, timeline, lockbox, planner,
                         plan_every_s, heap, observer)

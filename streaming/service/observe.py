@@ -16,8 +16,9 @@ import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from coordinator.timeline.timelines import Timelines
 from events.registry import Event
 from events.topics import METRICS, Topics
 from streaming.logs import LIBRDKAFKA_LOGGER, ConnectionErrors, setup
@@ -25,14 +26,20 @@ from streaming.metrics import ServiceMetrics
 from streaming.producer import EventProducer
 from streaming.service.planner_agent import PlannerAgent
 
+if TYPE_CHECKING:
+    from streaming.dashboard.recent import RecentEvents
+
 log = logging.getLogger("segcoord.service")
 HEALTH_EVERY_S = 30.0  # unavailable / under-replicated over every used segment: O(used segments), so not per run
 
 
 class Observer:
     def __init__(self, bootstrap: str, topics: Topics, planner: PlannerAgent, loglevel: str,
-                 sock: socket.socket | None = None, balancer_alive: Callable[[], bool] | None = None) -> None:
+                 sock: socket.socket | None = None, balancer_alive: Callable[[], bool] | None = None,
+                 timelines: Callable[[], Timelines] | None = None) -> None:
+        self.bootstrap = bootstrap
         self.topics = topics
+        self.timelines = timelines  # the timeline agent's fold, for the dashboard (read on the event loop)
         self.planner = planner
         self.loglevel = loglevel
         self.sock = sock
@@ -44,6 +51,7 @@ class Observer:
                                       if self._topic_exists(metrics_topic) else None)
         self.errors = ConnectionErrors()
         self._runner: Any = None
+        self._recent: RecentEvents | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._health_at = 0.0
         self._metrics_topic_ok: bool | None = None
@@ -63,6 +71,8 @@ class Observer:
     async def _serve(self, planner_pool: ThreadPoolExecutor) -> None:
         from aiohttp import web
 
+        from streaming.dashboard import add_dashboard
+        from streaming.dashboard.recent import RecentEvents
         from streaming.http import PlacementSource, build_web_app
         from streaming.writes import envelope_of
 
@@ -71,12 +81,15 @@ class Observer:
             self.producer.flush(15)
 
         assert self.sock is not None
-        webapp = build_web_app(PlacementSource(lambda: self.planner.state, planner_pool), send, self.metrics)
+        source = PlacementSource(lambda: self.planner.state, planner_pool)
+        webapp = build_web_app(source, send, self.metrics)
+        self._recent = RecentEvents(self.bootstrap, self.topics).start()
+        add_dashboard(webapp, source, self.timelines, self._recent)
         self._runner = web.AppRunner(webapp, access_log=None)
         await self._runner.setup()
         await web.SockSite(self._runner, self.sock).start()
         host, port = self.sock.getsockname()[:2]
-        log.info("HTTP API on http://%s:%d/ (Druid's /druid/coordinator/v1/..., /metrics)", host, port)
+        log.info("HTTP API on http://%s:%d/ (the dashboard; Druid's /druid/coordinator/v1/..., /metrics)", host, port)
 
     def batch(self, agent: str, records: int, seconds: float, lag: int | None) -> None:
         self.metrics.batch(agent, records, seconds, lag)
@@ -117,5 +130,7 @@ class Observer:
         self.producer._producer.list_topics(timeout=2)
 
     def close(self) -> None:
+        if self._recent is not None:
+            self._recent.close()
         with contextlib.suppress(Exception):
             self.producer.flush(5)
