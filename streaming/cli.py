@@ -285,7 +285,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from streaming.demo import run_demo
 
     return run_demo(bootstrap=args.bootstrap, home=Path(args.home) if args.home else config.home_dir(),
-                    keep_broker=args.keep_broker)
+                    out=Path(args.out), quick=args.quick, keep=args.keep)
 
 
 # -- run -----------------------------------------------------------------------
@@ -434,10 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    demo = sub.add_parser("demo", help="start the local broker, create topics, round-trip one event of every type")
-    demo.add_argument("--bootstrap", help="use this broker instead of starting the local one")
-    demo.add_argument("--home", help="local broker home (default $SEGCOORD_HOME)")
-    demo.add_argument("--keep-broker", action="store_true", help="leave a broker the demo started running")
+    demo = sub.add_parser("demo", help="the coordinator at work for ~2 minutes on a cluster of its own, with a report")
+    demo.add_argument("--bootstrap", help="use this broker instead of the demo's own local one")
+    demo.add_argument("--home", help="home of the demo's broker and state: HOME/demo (default $SEGCOORD_HOME)")
+    demo.add_argument("--out", default="demo-report", help="folder of the report (index.html, plots, logs)")
+    demo.add_argument("--quick", action="store_true", help="a shortened workload (the CI smoke test)")
+    demo.add_argument("--keep", action="store_true", help="leave the broker, the service and the historicals running")
     demo.set_defaults(func=cmd_demo)
 
     run = sub.add_parser("run", help="run the coordinator service (timeline, lockbox and planner agents) until "
