@@ -22,6 +22,7 @@ shown live; at the end ``segcoord audit`` runs over the whole log and the report
 
 from __future__ import annotations
 
+import gc
 import time
 import uuid
 from collections.abc import Callable
@@ -128,7 +129,7 @@ class Demo:
 
     def settled(self) -> bool:
         states = set(self.watch.states().values())
-        return not self.watch.pending and not states & {"offline", "standby", "overshadowed"}
+        return not self.watch.in_flight() and not states & {"offline", "standby", "overshadowed"}
 
     # -- the story --------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -265,6 +266,8 @@ def run_demo(*, bootstrap: str | None, home: Path, out: Path, quick: bool = Fals
         print(f"--keep: broker {bootstrap}, segcoord run and the historicals are still running "
               f"(topics {topics.prefix}*; logs in {out / 'logs'})")
     elif broker is not None and started_broker:
+        del demo
+        gc.collect()  # the clients' librdkafka handles, before their broker goes (else they log its absence)
         broker.stop()
     ok = failure is None and not violations
     print(f"segcoord demo: {'OK' if ok else 'FAILED'} in {time.monotonic() - started:.0f}s")

@@ -103,7 +103,7 @@ def timeline(watch: Watch, steps: list[Any], path: Path) -> None:
     ids = sorted({sid for s in watch.samples for sid in s.states},
                  key=lambda sid: (watch.segments[sid].interval.end - watch.segments[sid].interval.start
                                   > 3_600_000, watch.segments[sid].interval.start, watch.segments[sid].version))
-    fig, ax = plt.subplots(figsize=(10, max(3.5, 0.09 * len(ids) + 1.8)), dpi=100)
+    fig, ax = plt.subplots(figsize=(10, max(4.0, 0.09 * len(ids) + 2.2)), dpi=100)
     row = {sid: i for i, sid in enumerate(ids)}
     samples = watch.samples
     for a, b in itertools.pairwise(samples):
@@ -122,8 +122,8 @@ def timeline(watch: Watch, steps: list[Any], path: Path) -> None:
     ax.set_xlabel("seconds since the demo started (dashed lines: the steps)")
     ax.set_ylabel(f"{watch.data_source}'s segments (interval, version)")
     ax.set_title(f"{watch.data_source}'s timeline: each segment's state over time")
-    ax.legend(handles=[Patch(color=c, label=s) for s, c in STATE_COLOURS.items()], loc="upper left",
-              frameon=False, fontsize=8, ncols=5)
+    ax.legend(handles=[Patch(color=c, label=s) for s, c in STATE_COLOURS.items()], loc="upper center",
+              bbox_to_anchor=(0.5, -0.14), frameon=False, fontsize=8, ncols=5)
     _finish(fig, ax, path)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from coordinator.balancer.cost import CostModel, costs
 from events.cluster import SegmentLoadRefused, ServerDecommissioned, ServerJoined, ServerLeft, ServerRecommissioned
-from events.commands import DropSegment, LoadSegment
+from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.envelope import decode
 from events.interval import Interval
 from events.schema import EventValidationError
@@ -146,8 +147,27 @@ class Watch:
         if isinstance(event, SegmentAnnounced | SegmentUnannounced | SegmentLoadRefused) and env.causation_id:
             self.answered.add(env.causation_id)
             self.pending.pop(env.causation_id, None)
+        # as the audit counts them: a refusal answers the load its commandId names; a cancel withdraws its load
+        if isinstance(event, SegmentLoadRefused):
+            self._settle(lambda eid, c: eid == event.command_id or c.command_id == event.command_id)
+        if record.topic == COMMANDS and isinstance(event, CancelSegmentLoad):
+            if event.cancels is not None:
+                self._settle(lambda eid, c: event.cancels in (eid, c.command_id))
+            else:
+                self._settle(lambda eid, c: isinstance(c, LoadSegment) and c.server == event.server
+                             and str(c.segment.id) == event.segment_id)
+
+    def _settle(self, answered: Callable[[str, LoadSegment | DropSegment], bool]) -> None:
+        for eid in [eid for eid, c in self.pending.items() if answered(eid, c)]:
+            self.answered.add(eid)
+            del self.pending[eid]
 
     # -- what it shows --------------------------------------------------------------------
+    def in_flight(self) -> int:
+        """Commands to servers of the cluster not answered yet (a server that left answers nothing: the
+        coordinator forgets its queue)."""
+        return sum(1 for c in self.pending.values() if c.server in self.fold.servers)
+
     def tiers(self) -> dict[str, str]:
         return {s.name: s.tier or "_default_tier" for s in self.fold.servers.values()}
 
@@ -203,7 +223,7 @@ class Watch:
         per_server = {s.name: len(s.segments) for s in self.fold.servers.values()}
         ds_states = {sid: st for sid, st in self.states().items() if sid in self.segments
                      and self.segments[sid].data_source == self.data_source}
-        s = Sample(self.now(), per_server, self.tier_cost(), ds_states, len(self.pending),
+        s = Sample(self.now(), per_server, self.tier_cost(), ds_states, self.in_flight(),
                    self.lag() if with_lag else None, self.tiers())
         self.samples.append(s)
         return s
@@ -222,7 +242,9 @@ class Watch:
         return {"events": self.events, "segmentStates": dict(sorted(by_state.items())),
                 "servers": {s.name: {"tier": s.tier, "segments": len(s.segments), "usedBytes": s.used_bytes}
                             for s in sorted(self.fold.servers.values(), key=lambda s: s.name)},
-                "commandsInFlight": len(self.pending), "movesOnto": dict(sorted(self.moves_to.items())),
+                "commandsInFlight": self.in_flight(),
+                "commandsToServersGone": len(self.pending) - self.in_flight(),
+                "movesOnto": dict(sorted(self.moves_to.items())),
                 "eventCounts": dict(sorted(self.counts.items()))}
 
     def close(self) -> None:
