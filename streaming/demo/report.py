@@ -74,7 +74,7 @@ def segments_per_server(watch: Watch, steps: list[Any], path: Path) -> None:
     _mark_steps(ax, steps)
     ax.set_xlabel("seconds since the demo started (dashed lines: the steps)")
     ax.set_ylabel("segments held")
-    ax.set_title("Segments per server")
+    ax.set_title("Segments per server", pad=14)
     ax.legend(loc="upper left", frameon=False, fontsize=8, ncols=2)
     ax.grid(alpha=0.3)
     _finish(fig, ax, path)
@@ -86,11 +86,13 @@ def balancing_cost(watch: Watch, steps: list[Any], path: Path) -> None:
     for tier in sorted({t for s in watch.samples for t in s.cost_by_tier}):
         xs = [s.at for s in watch.samples if tier in s.cost_by_tier]
         ys = [s.cost_by_tier[tier] for s in watch.samples if tier in s.cost_by_tier]
-        ax.plot(xs, ys, label=tier, color=TIER_COLOURS.get(tier, ["#444"])[0], linewidth=1.8)
+        # "tier X": matplotlib leaves labels starting with "_" (as _default_tier) out of the legend
+        ax.plot(xs, ys, label=f"tier {tier}", color=TIER_COLOURS.get(tier, ["#444"])[0], linewidth=1.8)
     _mark_steps(ax, steps)
     ax.set_xlabel("seconds since the demo started (dashed lines: the steps)")
     ax.set_ylabel("total cost (hours²)")
-    ax.set_title("Balancing cost per tier (sum over servers of the joint cost of the segments each holds)")
+    ax.set_title("Balancing cost per tier (sum over servers of the joint cost of the segments each holds)",
+                 pad=14)
     ax.legend(loc="upper left", frameon=False)
     ax.grid(alpha=0.3)
     _finish(fig, ax, path)
@@ -121,7 +123,7 @@ def timeline(watch: Watch, steps: list[Any], path: Path) -> None:
     ax.set_yticks(ticks, [label(ids[i]) for i in ticks], fontsize=7)
     ax.set_xlabel("seconds since the demo started (dashed lines: the steps)")
     ax.set_ylabel(f"{watch.data_source}'s segments (interval, version)")
-    ax.set_title(f"{watch.data_source}'s timeline: each segment's state over time")
+    ax.set_title(f"{watch.data_source}'s timeline: each segment's state over time", pad=14)
     ax.legend(handles=[Patch(color=c, label=s) for s, c in STATE_COLOURS.items()], loc="upper center",
               bbox_to_anchor=(0.5, -0.14), frameon=False, fontsize=8, ncols=5)
     _finish(fig, ax, path)
