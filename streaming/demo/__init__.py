@@ -253,6 +253,9 @@ def run_demo(*, bootstrap: str | None, home: Path, out: Path, quick: bool = Fals
         except DemoFailed as e:
             failure = str(e)
             display.say(f"FAILED: {failure}")
+        except Exception as e:  # a client's error (a timeout, a refusal): reported like a failed step
+            failure = f"{type(e).__name__}: {e}"
+            display.say(f"FAILED: {failure}")
         finally:
             violations = audit(bootstrap, topics)
             demo.close(keep)
