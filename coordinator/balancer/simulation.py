@@ -94,10 +94,10 @@ def place_random(cluster: Cluster, rng: np.random.Generator) -> None:
     cluster.server_of[:] = rng.integers(0, len(cluster.servers), len(cluster.segments))
 
 
-Progress = Callable[[int], None]
+OnProgress = Callable[[int], None]
 
 
-def place_greedy(cluster: Cluster, progress: Progress | None = None) -> None:
+def place_greedy(cluster: Cluster, progress: OnProgress | None = None) -> None:
     """Each segment, in arrival order, to the cheapest server (ties: more free space, then name).
 
     ``progress(i)`` after each of every 256 segments placed, and at the end.
@@ -112,7 +112,7 @@ def place_greedy(cluster: Cluster, progress: Progress | None = None) -> None:
 
 
 def rebalance(cluster: Cluster, moves: int, rng: np.random.Generator, max_attempts: int | None = None,
-              progress: Progress | None = None) -> int:
+              progress: OnProgress | None = None) -> int:
     """Greedy rebalancing: random segments move to a strictly cheaper server; returns the moves made.
 
     ``progress(made)`` after every move (the callback does not change the rng's draws).

@@ -82,6 +82,7 @@ class Demo:
         self.watch = Watch(self.bootstrap, self.topics, "wikipedia")
         self.operator = Operator(self.bootstrap, self.topics)
         self.service: Child | None = None
+        self.ingestion: Ingestion | None = None
         self._next_sample = 0.0
 
     # -- the loop ---------------------------------------------------------------------------
@@ -166,7 +167,6 @@ class Demo:
         hidden = [self.watch.states().get(str(s.id)) for s in inputs]
         self.end(step, f"version {compacted.version} visible; the 24 hours at once: "
                  f"{sum(1 for h in hidden if h != 'visible')}/24 no longer visible")
-        self.compacted = cid
 
         step = self.begin("rule change: loadByPeriod P1D on hot, loadForever on _default_tier")
         self.operator.rules("_default", HOT_RULES)
@@ -211,14 +211,17 @@ class Demo:
         if ingestion.errors:
             raise DemoFailed("ingestion failed: " + "; ".join(ingestion.errors))
         self.until("no command in flight, every segment loaded or dropped", self.settled)
-        self.end(step, f"{ingestion.count()} segments published by {ingestion.tasks} tasks; settled")
+        gone = len(self.watch.pending)
+        self.end(step, f"{ingestion.count()} segments published by {ingestion.tasks} tasks; settled"
+                 + (f" ({gone} commands abandoned: to servers that left, or a move's drop whose target left)"
+                    if gone else ""))
         self.watch.sample()
         return {"day": day.iso(), "hours": len(hours), "compacted": cid}
 
     def close(self, keep: bool) -> None:
         self.watch.close()
         self.operator.close()
-        if hasattr(self, "ingestion"):
+        if self.ingestion is not None:
             self.ingestion.stop()
         if not keep:
             self.procs.stop_all()

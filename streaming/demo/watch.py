@@ -9,8 +9,8 @@ report needs and the fold does not keep:
 - **latencies**: publish -> first announce of each segment (the time to load it),
   first announce -> the timeline agent's ``visible`` (the time to become queryable);
 - **commands in flight**: LoadSegment / DropSegment not yet answered (announce,
-  unannounce or refusal by causation id, as the audit counts them), moves counted
-  by target;
+  unannounce or refusal by causation id, as the audit counts them) and still
+  answerable (see :meth:`Watch.abandoned`), moves counted by target;
 - **samples**: each :meth:`Watch.sample` records, at that instant, segments per
   server, each tier's total balancing cost (Druid's cost function over the
   segments each server holds), one data source's segment states, and the
@@ -76,6 +76,8 @@ class Watch:
     decommissioning: set[str] = field(default_factory=set)
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # event type -> how many
     moves_to: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # server -> moves onto it
+    move_target: dict[str, str] = field(default_factory=dict)  # move id -> target server
+    refused_moves: set[str] = field(default_factory=set)
     events: int = 0
 
     def __post_init__(self) -> None:
@@ -144,11 +146,14 @@ class Watch:
                 self.pending[env.event_id] = event
             if isinstance(event, LoadSegment) and event.move_id is not None:
                 self.moves_to[event.server] += 1
+                self.move_target[event.move_id] = event.server
         if isinstance(event, SegmentAnnounced | SegmentUnannounced | SegmentLoadRefused) and env.causation_id:
             self.answered.add(env.causation_id)
             self.pending.pop(env.causation_id, None)
         # as the audit counts them: a refusal answers the load its commandId names; a cancel withdraws its load
         if isinstance(event, SegmentLoadRefused):
+            if event.move_id is not None:
+                self.refused_moves.add(event.move_id)
             self._settle(lambda eid, c: eid == event.command_id or c.command_id == event.command_id)
         if record.topic == COMMANDS and isinstance(event, CancelSegmentLoad):
             if event.cancels is not None:
@@ -163,10 +168,20 @@ class Watch:
             del self.pending[eid]
 
     # -- what it shows --------------------------------------------------------------------
+    def abandoned(self, command: LoadSegment | DropSegment) -> bool:
+        """A command nobody will answer: its server left (the coordinator forgets its queue), or it is the
+        drop half of a move whose target refused the load or left (the source keeps its copy and, as of
+        now, never answers the drop)."""
+        if command.server not in self.fold.servers:
+            return True
+        if isinstance(command, DropSegment) and command.move_id is not None:
+            return command.move_id in self.refused_moves or self.move_target.get(command.move_id) \
+                not in self.fold.servers
+        return False
+
     def in_flight(self) -> int:
-        """Commands to servers of the cluster not answered yet (a server that left answers nothing: the
-        coordinator forgets its queue)."""
-        return sum(1 for c in self.pending.values() if c.server in self.fold.servers)
+        """Commands not answered yet that still can be."""
+        return sum(1 for c in self.pending.values() if not self.abandoned(c))
 
     def tiers(self) -> dict[str, str]:
         return {s.name: s.tier or "_default_tier" for s in self.fold.servers.values()}
@@ -243,7 +258,7 @@ class Watch:
                 "servers": {s.name: {"tier": s.tier, "segments": len(s.segments), "usedBytes": s.used_bytes}
                             for s in sorted(self.fold.servers.values(), key=lambda s: s.name)},
                 "commandsInFlight": self.in_flight(),
-                "commandsToServersGone": len(self.pending) - self.in_flight(),
+                "commandsAbandoned": len(self.pending) - self.in_flight(),
                 "movesOnto": dict(sorted(self.moves_to.items())),
                 "eventCounts": dict(sorted(self.counts.items()))}
 
