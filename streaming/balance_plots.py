@@ -112,7 +112,10 @@ def one_day_picture(results: Sequence[StrategyResult], servers: int, data_source
         ax.set_xlabel(f"hour of {data_source} since the start")
         ax.set_ylim(-0.5, servers - 0.5)
         ax.grid(alpha=0.2)
-    np.atleast_1d(axes)[0].set_ylabel("server holding the hour's segment")
+    from matplotlib.ticker import MaxNLocator
+
+    np.atleast_1d(axes)[0].yaxis.set_major_locator(MaxNLocator(integer=True))  # servers are whole numbers
+    np.atleast_1d(axes)[0].set_ylabel("server holding the hour's segment (historical-NN)")
     fig.suptitle(f"Where the hourly segments of {data_source}'s first days go")
     fig.tight_layout()
     fig.savefig(path)
