@@ -269,8 +269,10 @@ def run_demo(*, bootstrap: str | None, home: Path, out: Path, quick: bool = Fals
     print(f"audit: {len(violations)} violation(s)" + "".join(f"\n  {v}" for v in violations[:20]))
     print(f"report: {page}")
     if keep:
-        print(f"--keep: broker {bootstrap}, segcoord run and the historicals are still running "
-              f"(topics {topics.prefix}*; logs in {out / 'logs'})")
+        running = ", ".join(f"{c.name} (pid {c.proc.pid})" for c in demo.procs.children.values() if c.alive())
+        print(f"--keep: still running on broker {bootstrap} (topics {topics.prefix}*, logs in {out / 'logs'}): "
+              f"{running}. Stop them with kill PID (SIGTERM) and the broker with "
+              f"`segcoord kafka stop --home {demo_home}`")
     elif broker is not None and started_broker:
         del demo
         gc.collect()  # the clients' librdkafka handles, before their broker goes (else they log its absence)
