@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from events.topics import Topics
 from streaming.demo.display import Display
 from streaming.demo.processes import Child, Processes
@@ -266,6 +268,13 @@ def run_demo(*, bootstrap: str | None, home: Path, out: Path, quick: bool = Fals
                    "seconds": round(time.monotonic() - started, 1), "notes": demo.notes,
                    "audit": [str(v) for v in violations]})
     page = write_report(demo.watch, demo.steps, result, out)
+    fig = orjson.loads((out / "report.json").read_bytes())["figures"]
+    load, visible = fig["publishToLoad"], fig["announceToVisible"]
+    print(f"figures: {fig['events']} events; publish -> load median {load.get('medianMs', '-')} ms "
+          f"(p95 {load.get('p95Ms', '-')}), announce -> visible median {visible.get('medianMs', '-')} ms "
+          f"(p95 {visible.get('p95Ms', '-')}) over {load['count']} segments; "
+          f"{sum(fig['movesOnto'].values())} balancer/decommissioning moves; segments "
+          + ", ".join(f"{k} {v}" for k, v in fig["segmentStates"].items()))
     print(f"audit: {len(violations)} violation(s)" + "".join(f"\n  {v}" for v in violations[:20]))
     print(f"report: {page}")
     if keep:
