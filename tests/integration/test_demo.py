@@ -60,7 +60,7 @@ def test_demo_quick(kafka_bootstrap: str, tmp_path: Path) -> None:
            "PYTHONUNBUFFERED": "1"}
     env.pop("SEGCOORD_TOPIC_PREFIX", None)
     result = subprocess.run([SEGCOORD, "demo", "--quick", "--out", str(out)], capture_output=True, text=True,
-                            timeout=900, env=env, cwd=tmp_path)
+                            timeout=900, env=env)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "audit: 0 violation(s)" in result.stdout
     assert f"report: {out / 'index.html'}" in result.stdout
