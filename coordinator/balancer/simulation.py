@@ -9,10 +9,16 @@ The **query spread** of a placement: for every 1-day window of each data source,
 the number of distinct servers holding its segments divided by
 min(segments in the window, servers); 1.0 means a day's query uses as many
 servers as it could.
+
+The long loops (:func:`place_greedy`, :func:`rebalance`) take an optional
+``progress`` callback, called with the number of steps done so far (segments
+placed, attempts made): the shell draws a progress bar with it; the core stays
+free of I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,16 +94,29 @@ def place_random(cluster: Cluster, rng: np.random.Generator) -> None:
     cluster.server_of[:] = rng.integers(0, len(cluster.servers), len(cluster.segments))
 
 
-def place_greedy(cluster: Cluster) -> None:
-    """Each segment, in arrival order, to the cheapest server (ties: more free space, then name)."""
+OnProgress = Callable[[int], None]
+
+
+def place_greedy(cluster: Cluster, progress: OnProgress | None = None) -> None:
+    """Each segment, in arrival order, to the cheapest server (ties: more free space, then name).
+
+    ``progress(i)`` after each of every 256 segments placed, and at the end.
+    """
     index = {name: k for k, name in enumerate(cluster.servers)}
-    for i in range(len(cluster.segments)):
+    n = len(cluster.segments)
+    for i in range(n):
         best = rank(cluster.segments[i], cluster.candidates(i))[0]
         cluster.server_of[i] = index[best.name]
+        if progress is not None and ((i + 1) % 256 == 0 or i + 1 == n):
+            progress(i + 1)
 
 
-def rebalance(cluster: Cluster, moves: int, rng: np.random.Generator, max_attempts: int | None = None) -> int:
-    """Greedy rebalancing: random segments move to a strictly cheaper server; returns the moves made."""
+def rebalance(cluster: Cluster, moves: int, rng: np.random.Generator, max_attempts: int | None = None,
+              progress: OnProgress | None = None) -> int:
+    """Greedy rebalancing: random segments move to a strictly cheaper server; returns the moves made.
+
+    ``progress(made)`` after every move (the callback does not change the rng's draws).
+    """
     index = {name: k for k, name in enumerate(cluster.servers)}
     best = num_best_servers(1, len(cluster.servers))
     made = 0
@@ -112,6 +131,8 @@ def rebalance(cluster: Cluster, moves: int, rng: np.random.Generator, max_attemp
         if target is not None:
             cluster.server_of[i] = index[target.name]
             made += 1
+            if progress is not None:
+                progress(made)
     return made
 
 
@@ -124,9 +145,16 @@ class SpreadReport:
     total_cost: float
 
 
-def report(cluster: Cluster) -> SpreadReport:
+def query_spreads(cluster: Cluster) -> npt.NDArray[np.float64]:
+    """The query spread of every (data source, day) window, ordered by data source then day.
+
+    >>> from events.instant import parse_instant
+    >>> c = Cluster(hourly_segments(1, 1, parse_instant("2026-01-01T00:00:00Z")), ["a", "b"], CostModel())
+    >>> c.server_of[:] = [0] * 24
+    >>> query_spreads(c).tolist()  # one server of the two possible
+    [0.5]
+    """
     n_servers = len(cluster.servers)
-    counts = np.bincount(cluster.server_of, minlength=n_servers)
     day_of = (cluster.starts - cluster.starts.min()) // DAY
     spreads = []
     for ds in np.unique(cluster.sources):
@@ -135,6 +163,18 @@ def report(cluster: Cluster) -> SpreadReport:
             window = mine & (day_of == day)
             distinct = len(np.unique(cluster.server_of[window]))
             spreads.append(distinct / min(int(window.sum()), n_servers))
+    return np.array(spreads, dtype=np.float64)
+
+
+def segments_per_server(cluster: Cluster) -> npt.NDArray[np.int64]:
+    """How many segments each server (in ``cluster.servers`` order) holds."""
+    return np.bincount(cluster.server_of, minlength=len(cluster.servers)).astype(np.int64)
+
+
+def report(cluster: Cluster) -> SpreadReport:
+    n_servers = len(cluster.servers)
+    counts = segments_per_server(cluster)
+    spreads = query_spreads(cluster)
     total = 0.0
     for k in range(n_servers):
         on = np.flatnonzero(cluster.server_of == k)
@@ -142,6 +182,5 @@ def report(cluster: Cluster) -> SpreadReport:
             same = cluster.sources[on] == cluster.sources[i]
             total += float(np.sum(costs(cluster.segments[i].interval, cluster.starts[on], cluster.ends[on], same,
                                         cluster.model)))
-    arr = np.array(spreads)
-    return SpreadReport(int(counts.max()), int(counts.min()), float(arr.mean()), float(np.percentile(arr, 5)),
-                        total / 2)
+    return SpreadReport(int(counts.max()), int(counts.min()), float(spreads.mean()),
+                        float(np.percentile(spreads, 5)), total / 2)

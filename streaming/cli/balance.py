@@ -32,11 +32,12 @@ def cmd_balance_cost(args: argparse.Namespace) -> int:
 def cmd_balance_simulate(args: argparse.Namespace) -> int:
     import orjson
 
-    from streaming.balance_sim import simulate, text
+    from streaming.balance_sim import Progress, simulate, text
 
     try:
-        result = simulate(args.servers, args.datasources, args.days, args.seed, args.moves, Path(args.out),
-                          args.half_life_hours)
+        with Progress() as bars:
+            result = simulate(args.servers, args.datasources, args.days, args.seed, args.moves, Path(args.out),
+                              args.half_life_hours, progress=bars)
     except ValueError as e:
         raise CliError(str(e)) from None
     print(orjson.dumps(result).decode() if args.json else text(result))
@@ -83,7 +84,7 @@ def register(sub: Any) -> None:
     bs.add_argument("--seed", type=int, default=7)
     bs.add_argument("--moves", type=int, default=2000, help="greedy moves when rebalancing the random placement")
     bs.add_argument("--half-life-hours", type=float, default=24.0)
-    bs.add_argument("--out", default="balance-simulation", help="folder for the PNG pictures")
+    bs.add_argument("--out", default="balance-simulation", help="folder for the pictures and index.html")
     add_json(bs)
     bs.set_defaults(func=cmd_balance_simulate)
 

@@ -1,4 +1,4 @@
-"""``segcoord demo``: the demonstration (streaming/demo.py)."""
+"""``segcoord demo``: the coordinator at work on a cluster of its own (streaming/demo/)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from streaming.demo import run_demo
 
     return run_demo(bootstrap=args.bootstrap, home=Path(args.home) if args.home else config.home_dir(),
-                    keep_broker=args.keep_broker)
+                    out=Path(args.out), quick=args.quick, keep=args.keep)
 
 
 def register(sub: Any) -> None:
-    demo = sub.add_parser("demo", help="start the local broker, create topics, round-trip one event of every type")
-    add_bootstrap(demo, "use this broker instead of starting the local one")
-    add_home(demo, "local broker home (default $SEGCOORD_HOME)")
-    demo.add_argument("--keep-broker", action="store_true", help="leave a broker the demo started running")
+    demo = sub.add_parser("demo", help="the coordinator at work for ~2 minutes on a cluster of its own, with a report")
+    add_bootstrap(demo, "use this broker instead of the demo's own local one")
+    add_home(demo, "home of the demo's broker and state: HOME/demo (default $SEGCOORD_HOME)")
+    demo.add_argument("--out", default="demo-report", help="folder of the report (index.html, plots, logs)")
+    demo.add_argument("--quick", action="store_true", help="a shortened workload (the CI smoke test)")
+    demo.add_argument("--keep", action="store_true", help="leave the broker, the service and the historicals running")
     demo.set_defaults(func=cmd_demo)
