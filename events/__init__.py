@@ -38,6 +38,7 @@ from events.schema import EventValidationError, Instant
 from events.segment import SegmentDescriptor, SegmentId, SegmentIdError
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
 from events.tasks import (
+    LockReleaseRequested,
     LockRequested,
     PublishRequested,
     SegmentAllocationRequested,
@@ -63,6 +64,7 @@ __all__ = [
     "LoadSegment",
     "LockDenied",
     "LockGranted",
+    "LockReleaseRequested",
     "LockReleased",
     "LockRequested",
     "LockRevoked",

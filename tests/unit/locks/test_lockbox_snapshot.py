@@ -113,6 +113,7 @@ def history(steps: list[tuple[Any, ...]]) -> list[Envelope[Event]]:
             chosen = mine[step[2] % len(mine)] if mine else SegmentDescriptor(ds, INTERVALS[0], "v0", 0, 10)
             meta = step[3]
             event = PublishRequested(request_id=f"p{n}", task_id=task, segments=(chosen,),
+                                     kind=("insert", "append", "replace")[step[2] % 3],
                                      start_metadata=None if meta is None or meta == 0 else {"offset": meta - 1},
                                      end_metadata=None if meta is None else {"offset": meta})
         elif kind == "finish":
@@ -217,11 +218,12 @@ def test_every_cut_of_an_append_replace_upgrade_history_agrees() -> None:
     s.start("append", "index_kafka"), s.start("replace", "compact")
     granted(s.lock("append", interval=HOUR, lock_type="append"))
     r = granted(s.lock("replace", interval=DAY, lock_type="replace")).lock
-    assert isinstance(s.publish("append", seg(v1, 1, interval=HOUR)), PublishAccepted)
+    assert isinstance(s.publish("append", seg(v1, 1, interval=HOUR), kind="append"), PublishAccepted)
     assert s.box.sources["wiki"].appended_under  # a cut here must keep the appends under the replace lock
-    commit = s.publish("replace", seg(r.version, 0))
+    commit = s.publish("replace", seg(r.version, 0), kind="replace")
     assert isinstance(commit, PublishAccepted) and commit.upgraded_segment_ids
-    after = s.publish("append", seg(v1, 2, interval=HOUR))
+    assert s.box.sources["wiki"].replace_chunks  # a cut here must keep the committed replace chunks
+    after = s.publish("append", seg(v1, 2, interval=HOUR), kind="append")
     assert isinstance(after, PublishAccepted) and len(after.segments) == 2
     s.finish("replace"), s.finish("append")
     assert_every_cut_agrees(s.box.requests)
@@ -283,8 +285,8 @@ def test_snapshot_bytes_are_json_and_other_layouts_are_refused() -> None:
     s.start("a")
     s.lock("a")
     obj = orjson.loads(encode_snapshot(s.box))
-    assert obj["version"] == 1 and obj["sources"][0][0] == "wiki"
-    with pytest.raises(SnapshotError, match="version 1"):
-        lockbox_from_json({**obj, "version": 2})
+    assert obj["version"] == 2 and obj["sources"][0][0] == "wiki"
+    with pytest.raises(SnapshotError, match="version 2"):
+        lockbox_from_json({**obj, "version": 1})
     with pytest.raises(SnapshotError):
         decode_snapshot(b"not json")
