@@ -50,13 +50,13 @@ class Script:
 
     def lock(self, task: str, interval: Interval = DAY, lock_type: str = "exclusive", granularity: str = "timeChunk",
              priority: int | None = None, partitions: tuple[int, ...] | None = None, rid: str | None = None,
-             at: int | None = None) -> Event:
+             at: int | None = None, **kw: Any) -> Event:
         rid = rid or f"r{self.seq + 1}"
         out = self.send(LockRequested(
             request_id=rid, task_id=task, group_id=self.groups.get(task, task), task_type=self.types.get(task, "index"),
             data_source=self.ds, interval=interval, granularity=granularity,  # type: ignore[arg-type]
             lock_type=lock_type, priority=priority, partition_ids=partitions,  # type: ignore[arg-type]
-        ), at)
+            **kw), at)
         answers = [e for e in out if getattr(e, "request_id", None) == rid and type(e).__name__ != "LockRevoked"]
         return answers[-1]
 
