@@ -1,15 +1,18 @@
 """Segment allocation (Druid's SegmentAllocateAction): new segment ids, consecutive per (dataSource, interval,
 version), never reused.
 
-**Which time chunk.** Appending must never hide what a chunk already holds:
+**Which time chunk.** Appending must never hide what a chunk already holds
+(REPLACE allocations overwrite instead: they write the REPLACE lock's version in
+the requested interval, or a finer bucket where the task's own chunks of that
+version are in the way):
 
 - If published segments contain the row's timestamp, the segment goes into
   their chunk (the newest version's interval), whatever interval was asked for;
   if the newest version there has several intervals, the allocation is refused.
 - Otherwise the requested interval is tried, then ever finer buckets holding
   the row (month, day, 6 h, hour, 30/15/10/5 min, minute, second), skipping any
-  that overlaps an existing chunk (published, or allocated to a live task) of
-  another interval. If none fits, or none can be locked, the allocation is refused.
+  that overlaps an existing chunk (published, or allocated to a running task
+  under a live non-REPLACE lock) of another interval. If none fits, or none can be locked, the allocation is refused.
 
 **Which version.** A segment appended into an existing chunk takes the chunk's
 version (its newest, published or allocated under a live non-REPLACE lock): the
@@ -101,6 +104,8 @@ def allocate(box: Lockbox, req: SegmentAllocationRequested, at: int, emit: Emit)
 def candidate_intervals(box: Lockbox, src: SourceState, req: SegmentAllocationRequested) -> list[Interval] | str:
     """The intervals to try, in order, or why none can hold the row (see the module docstring)."""
     ts = req.timestamp
+    if req.lock_type == "replace":
+        return _replace_candidates(box, src, req)
     containing = [s for s in src.segments.values() if s.interval.contains_instant(ts)]
     if containing:
         top = max(s.version for s in containing)
@@ -122,6 +127,26 @@ def candidate_intervals(box: Lockbox, src: SourceState, req: SegmentAllocationRe
     return fit
 
 
+def _replace_candidates(box: Lockbox, src: SourceState, req: SegmentAllocationRequested) -> list[Interval] | str:
+    """A REPLACE allocation overwrites: it writes the lock's (newest) version, so only chunks of that same
+    version with another interval are in its way (its group's earlier allocations)."""
+    if req.interval is None or req.interval.is_empty() or not req.interval.contains_instant(req.timestamp):
+        return "a replace allocation needs an interval containing the timestamp of the row"
+    info = box.tasks.get(req.task_id)
+    group = info.group_id if info is not None else req.task_id
+    held = [lk.version for lk in src.locks.values() if lk.group_id == group and lk.lock_type == "replace"
+            and not lk.revoked and lk.granularity == "timeChunk" and lk.interval.contains(req.interval)]
+    same = set()
+    if held:
+        version = max(held)
+        same = {s.interval for s in src.segments.values() if s.version == version}
+        same.update(a.segment.interval for a in src.allocations.values()
+                    if a.segment.version == version and a.task_id in box.tasks)
+    tried = [req.interval, *finer_buckets(req.interval, req.timestamp)]
+    fit = [iv for iv in tried if not any(c != iv and c.overlaps(iv) for c in same)]
+    return fit or "every bucket for the row overlaps this task's chunks of its replace version"
+
+
 def finer_buckets(preferred: Interval, ts: int) -> list[Interval]:
     """Buckets holding ``ts`` that are shorter than ``preferred``, coarsest first.
 
@@ -141,22 +166,35 @@ def finer_buckets(preferred: Interval, ts: int) -> list[Interval]:
     return out
 
 
+def _pending(box: Lockbox, src: SourceState) -> list[SegmentDescriptor]:
+    """Segments allocated to running tasks under a live lock that is not a REPLACE lock (a REPLACE
+    version is not data until it commits: appends inside it go on as if it were not there)."""
+    out = []
+    held: dict[str, list[TaskLock]] = {}
+    for a in src.allocations.values():
+        if a.task_id not in box.tasks:
+            continue
+        locks = held.get(a.task_id)
+        if locks is None:
+            locks = held[a.task_id] = [lk for lk in src.locks_of(a.task_id)
+                                       if lk.lock_type != "replace" and not lk.revoked]
+        # its own lock, or the wider APPEND lock that absorbed it
+        if any(lk.lock_id == a.lock_id or lk.interval.contains(a.segment.interval) for lk in locks):
+            out.append(a.segment)
+    return out
+
+
 def chunk_intervals(box: Lockbox, src: SourceState) -> set[Interval]:
-    """Intervals of published segments and of segments allocated to tasks still running."""
+    """Intervals of published segments and of pending ones (see :func:`_pending`)."""
     found = {s.interval for s in src.segments.values()}
-    found.update(a.segment.interval for a in src.allocations.values() if a.task_id in box.tasks)
+    found.update(s.interval for s in _pending(box, src))
     return found
 
 
 def chunk_version(box: Lockbox, src: SourceState, interval: Interval) -> str | None:
-    """The newest version of the chunk with exactly this interval: published, or allocated to a running task
-    under a live lock that is not a REPLACE lock (a REPLACE version is not data until it commits)."""
+    """The newest version of the chunk with exactly this interval: published, or pending (see :func:`_pending`)."""
     versions = [s.version for s in src.segments.values() if s.interval == interval]
-    for a in src.allocations.values():
-        if a.segment.interval == interval and a.task_id in box.tasks:
-            lock = src.locks.get(a.lock_id) if a.lock_id is not None else None
-            if lock is not None and lock.lock_type != "replace" and not lock.revoked:
-                versions.append(a.segment.version)
+    versions.extend(s.version for s in _pending(box, src) if s.interval == interval)
     return max(versions, default=None)
 
 
@@ -269,11 +307,15 @@ def _covering_lock(src: SourceState, task_id: str, interval: Interval, lock_type
 
 
 def overwritten_inputs(src: SourceState, group_id: str, interval: Interval, version: str) -> tuple[int, ...]:
-    """Partitions of (interval, version) that exist and that the group holds exclusive segment locks on."""
+    """Partitions of (interval, version) that exist and that the group holds exclusive segment locks on,
+    except the locks allocations made for the group's own new partitions (those are outputs, not inputs)."""
     existing = {s.partition_id for s in src.segments.values() if s.interval == interval and s.version == version}
+    allocated = {a.lock_id for a in src.allocations.values()
+                 if a.segment.interval == interval and a.segment.version == version}
     locked: set[int] = set()
     for lock in src.locks.values():
         if (lock.group_id == group_id and lock.granularity == "segment" and lock.lock_type == "exclusive"
-                and not lock.revoked and lock.interval == interval and lock.version == version):
+                and not lock.revoked and lock.interval == interval and lock.version == version
+                and lock.lock_id not in allocated):
             locked.update(lock.partition_ids)
     return tuple(sorted(existing & locked))

@@ -284,6 +284,11 @@ class Lockbox(LockboxState):
             same = [v for (s, e, v) in known if s == iv.start and e == iv.end]
             if same:
                 return max(same)
+            posse = [lk.version for lk in src.locks.values()  # inside its group's timeChunk lock: that version
+                     if lk.group_id == req.group_id and lk.granularity == "timeChunk" and not lk.revoked
+                     and lk.lock_type in ("exclusive", "shared", "replace") and lk.interval.contains(iv)]
+            if posse:
+                return max(posse)
         if req.lock_type == "append":
             return EPOCH_VERSION
         overlapping = [v for (s, e, v) in known if s < iv.end and iv.start < e]

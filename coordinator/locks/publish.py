@@ -29,6 +29,10 @@ Overwriting with segment locks: the chunk's published outputs get the locked
 inputs as ``overshadowedSegments`` and each other as ``atomicUpdateGroup``
 (what allocation wrote there was provisional: later outputs were not known yet).
 
+A segment that a newer committed version already hides over some of its
+interval (and that gets no upgraded copy there) is refused: those rows would
+never be seen.
+
 Re-publishing exactly what is already published is accepted again with
 ``alreadyPublished`` and changes nothing (a retried request); publishing
 different contents under a published id is rejected.
@@ -42,7 +46,7 @@ from typing import TYPE_CHECKING
 from coordinator.locks.allocation import overwritten_inputs
 from coordinator.locks.conflicts import Emit
 from coordinator.locks.offsets import matches, moves_backwards
-from coordinator.locks.state import SourceState
+from coordinator.locks.state import SourceState, replace_locks_used
 from events.interval import Interval
 from events.locks import PublishAccepted, PublishRejected, TaskLock
 from events.segment import SegmentDescriptor, SegmentId, SegmentIdError
@@ -91,7 +95,8 @@ def publish(box: Lockbox, req: PublishRequested, emit: Emit) -> None:
             return reject(f"endMetadata would move the offset of partition {back} backwards "
                           f"(stored {src.metadata!r}, start {req.start_metadata!r}, end {req.end_metadata!r})")
 
-    own = _fill_overwrite_lineage(src, info.group_id, req.segments, overwritten)
+    own = _fill_overwrite_lineage(src, info.group_id, req.segments, overwritten) if kind == "insert" \
+        else list(req.segments)
     if kind == "replace":
         copies = _replace_upgrades(src, own, task_locks)
     elif kind == "append":
@@ -100,12 +105,31 @@ def publish(box: Lockbox, req: PublishRequested, emit: Emit) -> None:
         copies = []
     if isinstance(copies, str):
         return reject(copies)
+    hidden = _born_hidden(src, own, copies)
+    if hidden is not None:
+        return reject(hidden)
     emit(PublishAccepted(
         request_id=req.request_id, task_id=req.task_id, segments=(*own, *(c for c, _ in copies)),
         upgraded_segment_ids=tuple(str(c.id) for c, _ in copies),
         start_metadata=req.start_metadata, end_metadata=req.end_metadata,
         upgraded_from_segment_ids=tuple(str(o.id) for _, o in copies) or None, kind=req.kind,
     ))
+    return None
+
+
+def _born_hidden(src: SourceState, own: list[SegmentDescriptor], copies: list[Copy]) -> str | None:
+    """Why a segment would be committed already hidden, in whole or in part, if one would: a newer version,
+    committed or in this publish, overlaps it and no upgraded copy of it reaches that version. Refused rather
+    than committing rows no query sees (only a task group's own overlapping locks can lead here)."""
+    for seg in own:
+        over = [s for s in (*src.segments.values(), *own)
+                if s.version > seg.version and s.interval.overlaps(seg.interval)]
+        if not over:
+            continue
+        newest = max(over, key=lambda s: s.version)
+        if not any(o is seg and c.version >= newest.version for c, o in copies):
+            return (f"segment {seg.id} would be hidden at once by the committed version {newest.version} of "
+                    f"{newest.interval.iso()}")
     return None
 
 
@@ -200,14 +224,13 @@ class _Fresh:
 
 
 def _replace_upgrades(src: SourceState, own: list[SegmentDescriptor], task_locks: list[TaskLock]) -> list[Copy] | str:
-    """Each segment appended under the task's REPLACE locks, copied into the lock's version and into the
+    """Each segment appended under the REPLACE locks this publish commits under (see
+    :func:`~coordinator.locks.state.replace_locks_used`), copied into the lock's version and into the
     interval of the smallest committed segment of that version containing it (its own interval when the
     publish writes nothing of that version over it)."""
     fresh = _Fresh(src, own)
     copies: list[Copy] = []
-    for lock in task_locks:
-        if lock.lock_type != "replace" or lock.revoked:
-            continue
+    for lock in replace_locks_used(task_locks, own):
         mine = [s for s in own if s.version == lock.version]
         for seg in src.appended_under.get(lock.lock_id, ()):
             holders = sorted((s.interval for s in mine if s.interval.contains(seg.interval)),

@@ -102,6 +102,19 @@ def allocation_key(sequence_name: str, previous: str | None, interval: Interval,
     return ("lineage", sequence_name, previous or "")  # the interval is checked against the allocation found
 
 
+def replace_locks_used(task_locks: list[TaskLock], own: list[SegmentDescriptor]) -> list[TaskLock]:
+    """The task's live REPLACE locks a replace publish of ``own`` commits under: for each segment, the
+    covering lock of its version, else the narrowest covering one (a task may hold several)."""
+    used: dict[str, TaskLock] = {}
+    for seg in own:
+        covering = [lk for lk in task_locks if lk.lock_type == "replace" and not lk.revoked
+                    and lk.interval.contains(seg.interval) and seg.version <= lk.version]
+        if covering:
+            lock = min(covering, key=lambda lk: (lk.version != seg.version, lk.interval.duration, lk.lock_id))
+            used[lock.lock_id] = lock
+    return [lk for lk in task_locks if lk.lock_id in used]
+
+
 class LockboxState:
     """The task registry plus every data source's :class:`SourceState`."""
 
@@ -213,10 +226,9 @@ class LockboxState:
             src.metadata = plus(src.metadata, event.end_metadata)
         if kind == "replace":
             # The commit upgraded what was appended under its locks; later appends are upgraded at their commit.
-            for lock in task_locks:
-                if lock.lock_type == "replace" and not lock.revoked:
-                    src.appended_under.pop(lock.lock_id, None)
-                    src.committed_replaces |= {lock.lock_id}
+            for lock in replace_locks_used(task_locks, own):
+                src.appended_under.pop(lock.lock_id, None)
+                src.committed_replaces |= {lock.lock_id}
             src.replace_chunks |= {(s.interval.start, s.interval.end, s.version) for s in own}
             return
         group = info.group_id if info is not None else None

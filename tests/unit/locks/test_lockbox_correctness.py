@@ -218,6 +218,12 @@ def test_a_day_append_inside_a_month_replace_is_upgraded_into_the_month() -> Non
     for order in ("ACR", "ARC", "AREC", "RAEC"):
         s = _append_replace(order, append_interval=DAY, replace_interval=JANUARY)
         assert seen(s) == {1: 0, 2: 1, 3: 1}, order
+    for order in ("ACR", "ARC", "AREC"):  # no data yet: the append is a day segment of the epoch version
+        s = _append_replace(order, append_interval=DAY, replace_interval=JANUARY, existing=False)
+        copies = [x for e in s.log if isinstance(e, PublishAccepted) for x in e.segments
+                  if str(x.id) in e.upgraded_segment_ids]
+        assert [x.interval for x in copies] == [JANUARY], order
+        assert seen(s) == {2: 1, 3: 1}, order
 
 
 # -- 6. a task group never blocks itself ----------------------------------------------------------
