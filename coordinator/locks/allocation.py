@@ -23,8 +23,11 @@ epoch version, which every REPLACE supersedes. REPLACE allocations use the
 REPLACE lock's version. With **segment** lock granularity the lock and the id
 are made atomically: the new partition gets its own exclusive segment lock;
 overwriting with segment locks (the group holds segment locks on existing
-partitions of the chunk) keeps the version and fills ``overshadowedSegments``
-with those inputs and ``atomicUpdateGroup`` with the outputs of that chunk.
+partitions of the chunk) keeps the version, takes Druid's overwrite partition
+ids (from 32768) with a ``numbered_overwrite`` shard spec (root partition range
+of the inputs, one minor version above theirs, atomic update group size), and
+fills ``overshadowedSegments`` with those inputs and ``atomicUpdateGroup`` with
+the outputs of that chunk (the proposal's list form of the same facts).
 
 **Idempotency.** Per (sequenceName, previousSegmentId), or per (sequenceName,
 interval) for requests that skip the lineage check. A repeated request gets the
@@ -53,7 +56,8 @@ from events.instant import (
 )
 from events.interval import Interval
 from events.locks import LockDenied, LockGranted, SegmentAllocated, TaskLock
-from events.segment import SegmentDescriptor
+from events.schema import JsonValue
+from events.segment import OVERWRITE_PARTITION_START, SegmentDescriptor, SegmentId
 from events.tasks import LockRequested, SegmentAllocationRequested
 
 if TYPE_CHECKING:
@@ -212,16 +216,19 @@ def _allocate_in(box: Lockbox, src: SourceState, req: SegmentAllocationRequested
     lock_req = _lock_request(req, info, interval)
     overshadowed: tuple[int, ...] = ()
     group: tuple[int, ...] = ()
+    shard_spec: dict[str, JsonValue] | None = None
     if req.lock_granularity == "segment":
         version = box.version_for(src, lock_req, at)
-        partition = src.next_partition_id(interval, version)
-        lock_req = replace(lock_req, partition_ids=(partition,), version=version)
         inputs = overwritten_inputs(src, info.group_id, interval, version)
+        partition = src.next_overwrite_id(interval, version) if inputs else src.next_partition_id(interval, version)
+        lock_req = replace(lock_req, partition_ids=(partition,), version=version)
         if inputs:
             outputs = {a.segment.partition_id for a in src.allocations.values()
                        if a.segment.interval == interval and a.segment.version == version
+                       and a.segment.partition_id >= OVERWRITE_PARTITION_START
                        and _group_of(box, a.task_id) == info.group_id}
             overshadowed, group = inputs, tuple(sorted(outputs | {partition}))
+            shard_spec = overwrite_shard_spec(src, req.data_source, interval, version, partition, inputs, len(group))
         try:
             lock = box.acquire(src, lock_req, at, emit)
         except Blocked as blocked:
@@ -251,7 +258,7 @@ def _allocate_in(box: Lockbox, src: SourceState, req: SegmentAllocationRequested
     segment = SegmentDescriptor(
         data_source=req.data_source, interval=interval, version=version, partition_id=partition,
         overshadowed_segments=overshadowed, atomic_update_group=group,
-        shard_spec={"type": "numbered", "partitionNum": partition, "partitions": 0},
+        shard_spec=shard_spec or {"type": "numbered", "partitionNum": partition, "partitions": 0},
     )
     emit(SegmentAllocated(request_id=req.request_id, task_id=req.task_id, segment_id=str(segment.id),
                           segment=segment, lock_id=lock.lock_id, sequence_name=req.sequence_name,
@@ -319,3 +326,27 @@ def overwritten_inputs(src: SourceState, group_id: str, interval: Interval, vers
                 and lock.lock_id not in allocated):
             locked.update(lock.partition_ids)
     return tuple(sorted(existing & locked))
+
+
+def overwrite_shard_spec(src: SourceState, data_source: str, interval: Interval, version: str, partition: int,
+                         inputs: tuple[int, ...], group_size: int) -> dict[str, JsonValue]:
+    """Druid's ``numbered_overwrite`` shard spec of an output overwriting ``inputs`` of (interval, version):
+    the root partition range its inputs cover, one minor version above theirs, the atomic update group's size.
+
+    >>> src = SourceState()
+    >>> overwrite_shard_spec(src, "wiki", Interval(0, 10), "v", 32768, (0, 1), 2)["endRootPartitionId"]
+    2
+    """
+    lows, highs, minors = [], [], [0]
+    for p in inputs:
+        seg = src.segments.get(SegmentId(data_source, interval, version, p))
+        spec = seg.overwrite_spec if seg is not None else None
+        if spec is not None:
+            lows.append(spec[0])
+            highs.append(spec[1])
+            minors.append(spec[2])
+        else:
+            lows.append(p)
+            highs.append(p + 1)
+    return {"type": "numbered_overwrite", "partitionId": partition, "startRootPartitionId": min(lows),
+            "endRootPartitionId": max(highs), "minorVersion": max(minors) + 1, "atomicUpdateGroupSize": group_size}

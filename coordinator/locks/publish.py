@@ -26,8 +26,10 @@ has already committed around it gets a copy in that chunk at once. Copies take
 fresh partition ids and name the segment they copy (``upgradedFromSegmentIds``).
 
 Overwriting with segment locks: the chunk's published outputs get the locked
-inputs as ``overshadowedSegments`` and each other as ``atomicUpdateGroup``
-(what allocation wrote there was provisional: later outputs were not known yet).
+inputs as ``overshadowedSegments`` and each other as ``atomicUpdateGroup``, and
+outputs in Druid's ``numbered_overwrite`` form (partition ids from 32768) get
+the matching shard spec: root partition range, minor version, group size (what
+allocation wrote there was provisional: later outputs were not known yet).
 
 A segment that a newer committed version already hides over some of its
 interval (and that gets no upgraded copy there) is refused: those rows would
@@ -43,13 +45,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from coordinator.locks.allocation import overwritten_inputs
+from coordinator.locks.allocation import overwrite_shard_spec, overwritten_inputs
 from coordinator.locks.conflicts import Emit
 from coordinator.locks.offsets import matches, moves_backwards
 from coordinator.locks.state import SourceState, replace_locks_used
 from events.interval import Interval
 from events.locks import PublishAccepted, PublishRejected, TaskLock
-from events.segment import SegmentDescriptor, SegmentId, SegmentIdError
+from events.segment import OVERWRITE_PARTITION_START, SegmentDescriptor, SegmentId, SegmentIdError
 from events.tasks import PublishKind, PublishRequested
 
 if TYPE_CHECKING:
@@ -196,8 +198,13 @@ def _fill_overwrite_lineage(src: SourceState, group_id: str, segments: tuple[Seg
         inputs = tuple(sorted(named[key])) if key in named else overwritten_inputs(src, group_id, seg.interval,
                                                                                    seg.version)
         if inputs:
-            outputs = tuple(sorted(by_chunk[(seg.interval.start, seg.interval.end, seg.version)]))
-            seg = replace(seg, overshadowed_segments=inputs, atomic_update_group=outputs)
+            overwrite = seg.partition_id >= OVERWRITE_PARTITION_START
+            outputs = tuple(sorted(p for p in by_chunk[key] if (p >= OVERWRITE_PARTITION_START) == overwrite))
+            spec = seg.shard_spec
+            if seg.partition_id >= OVERWRITE_PARTITION_START:  # Druid's form, final now that the group is known
+                spec = overwrite_shard_spec(src, seg.data_source, seg.interval, seg.version, seg.partition_id,
+                                            inputs, len(outputs))
+            seg = replace(seg, overshadowed_segments=inputs, atomic_update_group=outputs, shard_spec=spec)
         out.append(seg)
     return out
 
@@ -213,7 +220,8 @@ class _Fresh:
 
     def copy(self, seg: SegmentDescriptor, interval: Interval, version: str) -> SegmentDescriptor:
         key = (interval.start, interval.end, version)
-        mine = [s.partition_id + 1 for s in self.own if (s.interval.start, s.interval.end, s.version) == key]
+        mine = [s.partition_id + 1 for s in self.own if (s.interval.start, s.interval.end, s.version) == key
+                and s.partition_id < OVERWRITE_PARTITION_START]
         pid = max([self.taken.get(key, 0), self.src.next_partition.get(key, 0), *mine])
         self.taken[key] = pid + 1
         spec = dict(seg.shard_spec) if seg.shard_spec is not None else None

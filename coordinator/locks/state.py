@@ -28,7 +28,7 @@ from events.locks import (
     TaskRegistered,
 )
 from events.registry import Event
-from events.segment import SegmentDescriptor, SegmentId
+from events.segment import OVERWRITE_PARTITION_START, SegmentDescriptor, SegmentId
 from events.tasks import LockRequested
 
 ChunkVersion = tuple[int, int, str]  # (interval start, interval end, version)
@@ -69,30 +69,42 @@ class SourceState:
     # (start, end, version) of every chunk a REPLACE publish committed: appends committed later, at an
     # older version inside one of these, are upgraded into it (the replace lock may be gone by then).
     replace_chunks: frozenset[ChunkVersion] = frozenset()
+    # overwrite partition ids (Druid's numbered_overwrite, from 32768), never reused, apart from root ids
+    next_overwrite: dict[ChunkVersion, int] = field(default_factory=dict)
 
     def copy(self) -> SourceState:
         return SourceState(
             dict(self.locks), dict(self.holders), self.lock_seq, dict(self.segments), dict(self.next_partition),
             dict(self.allocations), self.metadata, dict(self.appended_under), self.committed_replaces,
-            list(self.waiters), self.replace_chunks,
+            list(self.waiters), self.replace_chunks, dict(self.next_overwrite),
         )
 
     def persistent(self) -> tuple[Any, ...]:
         """Everything but the waiters, for comparing a replayed state with the live one."""
         return (self.locks, self.holders, self.lock_seq, self.segments, self.next_partition, self.allocations,
-                self.metadata, self.appended_under, self.committed_replaces, self.replace_chunks)
+                self.metadata, self.appended_under, self.committed_replaces, self.replace_chunks,
+                self.next_overwrite)
 
     def locks_of(self, task_id: str) -> list[TaskLock]:
         return [self.locks[i] for i, tasks in self.holders.items() if task_id in tasks]
 
     def next_partition_id(self, interval: Interval, version: str) -> int:
-        """The next partition id of (interval, version) (does not reserve it: apply does)."""
+        """The next root partition id of (interval, version) (does not reserve it: apply does)."""
         return self.next_partition.get((interval.start, interval.end, version), 0)
 
+    def next_overwrite_id(self, interval: Interval, version: str) -> int:
+        """The next overwrite partition id of (interval, version), from Druid's 32768 (not reserved here)."""
+        return self.next_overwrite.get((interval.start, interval.end, version), OVERWRITE_PARTITION_START)
+
     def reserve(self, seg: SegmentDescriptor) -> None:
-        """Partition ids up to this segment's are used in its (interval, version), for good."""
+        """Partition ids up to this segment's are used in its (interval, version), for good (root and
+        overwrite ids counted apart)."""
         key = (seg.interval.start, seg.interval.end, seg.version)
-        self.next_partition[key] = max(self.next_partition.get(key, 0), seg.partition_id + 1)
+        if seg.partition_id >= OVERWRITE_PARTITION_START:
+            self.next_overwrite[key] = max(self.next_overwrite.get(key, OVERWRITE_PARTITION_START),
+                                           seg.partition_id + 1)
+        else:
+            self.next_partition[key] = max(self.next_partition.get(key, 0), seg.partition_id + 1)
 
 
 def allocation_key(sequence_name: str, previous: str | None, interval: Interval, skip_lineage: bool) -> AllocationKey:

@@ -227,17 +227,20 @@ def test_append_plus_compaction_with_segment_locks_has_no_contention_and_survive
     assert isinstance(out1, SegmentAllocated) and isinstance(app, SegmentAllocated)
     assert out1.segment.version == app.segment.version == v
     assert out1.segment.overshadowed_segments == (0, 1) and app.segment.overshadowed_segments == ()
-    assert (out1.segment.partition_id, app.segment.partition_id) == (2, 3)
+    assert (out1.segment.partition_id, app.segment.partition_id) == (32768, 2)  # Druid's overwrite ids
+    assert out1.segment.shard_spec == {"type": "numbered_overwrite", "partitionId": 32768, "startRootPartitionId": 0,
+                                       "endRootPartitionId": 2, "minorVersion": 1, "atomicUpdateGroupSize": 1}
     # restart: a lockbox rebuilt from the decision log decides the same from here on
     rebuilt = Lockbox.replay(s.log)
     assert rebuilt.persistent() == s.box.persistent()
     s.box = rebuilt
     out2 = s.allocate("compact", sequence="c", previous=out1.segment_id)
-    assert isinstance(out2, SegmentAllocated) and out2.segment.atomic_update_group == (2, 4)
-    assert out1.segment.atomic_update_group == (2,)  # provisional: the second output was not known yet
+    assert isinstance(out2, SegmentAllocated) and out2.segment.atomic_update_group == (32768, 32769)
+    assert out1.segment.atomic_update_group == (32768,)  # provisional: the second output was not known yet
     done = s.publish("compact", out1.segment, out2.segment)
     assert isinstance(done, PublishAccepted)
-    assert [(x.overshadowed_segments, x.atomic_update_group) for x in done.segments] == [((0, 1), (2, 4))] * 2
+    assert [(x.overshadowed_segments, x.atomic_update_group) for x in done.segments] == [((0, 1), (32768, 32769))] * 2
+    assert [x.overwrite_spec for x in done.segments] == [(0, 2, 1, 2)] * 2  # Druid's form, in agreement
     assert isinstance(s.publish("kafka", app.segment), PublishAccepted)
 
 
