@@ -159,10 +159,19 @@ class Lockbox(LockboxState):
                           request_id=req.request_id))
         self._reexamine(src, emit)
 
+    #: Data sources that may have waiters with a timeout (None: not known yet, e.g. after a copy or a restore).
+    _timed: set[str] | None = None
+
     def _expire_waiters(self, now: int, emit: Emit) -> None:
         """Deny blocking requests whose ``timeoutMs`` has passed by ``now`` (event time)."""
-        for ds in sorted(self.sources):
+        if self._timed is None:
+            self._timed = {ds for ds, src in self.sources.items()
+                           if any(w.request.timeout_ms is not None for w in src.waiters)}
+        for ds in sorted(self._timed):
             src = self.sources[ds]
+            if not any(w.request.timeout_ms is not None for w in src.waiters):
+                self._timed.discard(ds)
+                continue
             for waiter in list(src.waiters):
                 timeout = waiter.request.timeout_ms
                 if timeout is not None and waiter.at + timeout <= now:
@@ -199,6 +208,8 @@ class Lockbox(LockboxState):
                 return
             if all(w.request.request_id != req.request_id for w in src.waiters):
                 src.waiters.append(Waiter(req, at))
+                if req.timeout_ms is not None and self._timed is not None:
+                    self._timed.add(req.data_source)
             emit(LockWaiting(request_id=req.request_id, task_id=req.task_id,
                              reason="waiting for " + ", ".join(blocked.blocking),
                              blocking_lock_ids=tuple(blocked.blocking)))
