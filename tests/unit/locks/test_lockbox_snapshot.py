@@ -36,6 +36,7 @@ from events import (
     Interval,
     LockDenied,
     LockGranted,
+    LockReleaseRequested,
     LockRequested,
     LockRevoked,
     LockWaiting,
@@ -59,11 +60,13 @@ TYPES = ["index_kafka", "index_parallel", "compact", "kill"]
 PRIORITIES = st.sampled_from([None, None, None, 10, 50, 90])
 
 start = st.tuples(st.just("start"), st.sampled_from(TASKS), st.sampled_from(TYPES),
-                  st.sampled_from(["g0", "g1", None]), PRIORITIES)
+                  st.sampled_from(["g0", "g1", None, None, None]), PRIORITIES)
 lock = st.tuples(st.just("lock"), st.sampled_from(TASKS), st.sampled_from(INTERVALS),
                  st.sampled_from(["timeChunk", "timeChunk", "segment"]),
                  st.sampled_from(["exclusive", "exclusive", "shared", "append", "replace"]),
-                 PRIORITIES, st.lists(st.integers(0, 3), min_size=1, max_size=2))
+                 PRIORITIES, st.lists(st.integers(0, 3), min_size=1, max_size=2),
+                 st.sampled_from([None, None, None, "try", 3000, 20_000]))  # mode try, or a blocking timeout (ms)
+release = st.tuples(st.just("release"), st.sampled_from(TASKS), st.sampled_from(INTERVALS))
 alloc = st.tuples(st.just("alloc"), st.sampled_from(TASKS), st.sampled_from(INTERVALS),
                   st.sampled_from(["timeChunk", "timeChunk", "segment"]),
                   st.sampled_from(["exclusive", "append", "replace"]), st.sampled_from(["s0", "s1"]), st.booleans())
@@ -71,10 +74,10 @@ publish = st.tuples(st.just("publish"), st.sampled_from(TASKS), st.integers(0, 5
                     st.one_of(st.none(), st.integers(0, 3)))
 finish = st.tuples(st.just("finish"), st.sampled_from(TASKS), st.sampled_from(["success", "failed"]))
 resend = st.tuples(st.just("resend"), st.integers(0, 1000))
-steps = st.lists(st.one_of(lock, lock, lock, alloc, alloc, publish, publish, finish, finish, start, resend),
+steps = st.lists(st.one_of(lock, lock, lock, alloc, alloc, publish, publish, finish, finish, start, resend, release),
                  min_size=5, max_size=80)
 starts = st.tuples(*[st.tuples(st.just("start"), st.just(t), st.sampled_from(TYPES),
-                               st.sampled_from(["g0", "g1", None]), PRIORITIES) for t in TASKS])
+                               st.sampled_from(["g0", "g1", None, None, None]), PRIORITIES) for t in TASKS])
 
 EXAMPLES = int(os.environ.get("LOCKBOX_EXAMPLES", "300"))
 
@@ -85,6 +88,7 @@ def history(steps: list[tuple[Any, ...]]) -> list[Envelope[Event]]:
     out: list[Envelope[Event]] = []
     groups: dict[str, str] = {}
     allocations: dict[str, list[SegmentDescriptor]] = {}
+    alloc_types: dict[Any, str] = {}  # segment id -> the lock type it was allocated under
     for n, step in enumerate(steps):
         kind = step[0]
         task = step[1] if kind != "resend" else ""
@@ -95,8 +99,10 @@ def history(steps: list[tuple[Any, ...]]) -> list[Envelope[Event]]:
             event = TaskStarted(task_id=task, group_id=groups[task], task_type=step[2], data_source=ds,
                                 priority=step[4])
         elif kind == "lock":
-            _, _, interval, gran, ltype, prio, parts = step
+            _, _, interval, gran, ltype, prio, parts, wait = step
             event = LockRequested(request_id=f"r{n}", task_id=task, group_id=groups.get(task, task),
+                                  mode="try" if wait == "try" else None,
+                                  timeout_ms=wait if isinstance(wait, int) else None,
                                   task_type="index", data_source=ds, interval=interval, granularity=gran,
                                   lock_type=ltype, priority=prio, partition_ids=tuple(parts))
         elif kind == "alloc":
@@ -112,10 +118,14 @@ def history(steps: list[tuple[Any, ...]]) -> list[Envelope[Event]]:
                 continue  # mostly publish what was allocated; sometimes a segment no lock covers
             chosen = mine[step[2] % len(mine)] if mine else SegmentDescriptor(ds, INTERVALS[0], "v0", 0, 10)
             meta = step[3]
-            event = PublishRequested(request_id=f"p{n}", task_id=task, segments=(chosen,),
-                                     kind=("insert", "append", "replace")[step[2] % 3],
+            kinds = {"append": "append", "replace": "replace"}
+            matching = kinds.get(alloc_types.get(chosen.id, ""), "insert")
+            event = PublishRequested(request_id=f"p{n}", task_id=task, segments=(chosen,),  # mostly the right kind
+                                     kind=matching if step[2] % 5 else ("insert", "append", "replace")[step[2] % 3],
                                      start_metadata=None if meta is None or meta == 0 else {"offset": meta - 1},
                                      end_metadata=None if meta is None else {"offset": meta})
+        elif kind == "release":
+            event = LockReleaseRequested(request_id=f"l{n}", task_id=task, data_source=ds, interval=step[2])
         elif kind == "finish":
             event = TaskFinished(task_id=task, status=step[2])
         else:
@@ -128,6 +138,8 @@ def history(steps: list[tuple[Any, ...]]) -> list[Envelope[Event]]:
         for d in box.handle(env):
             if isinstance(d, SegmentAllocated):
                 allocations.setdefault(d.task_id, []).append(d.segment)
+                if isinstance(event, SegmentAllocationRequested):
+                    alloc_types[d.segment.id] = event.lock_type
     return out
 
 
