@@ -25,7 +25,12 @@ from events.topics import LOCKS
 
 @dataclass(frozen=True, slots=True)
 class TaskLock:
-    """A lock as the lockbox holds it. ``partitionIds`` only for segment granularity."""
+    """A lock as the lockbox holds it. ``partitionIds`` only for segment granularity.
+
+    ``forAllocation``: the lock was taken by a segment allocation (Druid's SegmentAllocateAction), not
+    requested by the task beforehand. Allocations under such an exclusive lock append to the existing time
+    chunk; under an exclusive lock the task requested itself they overwrite with the lock's version.
+    """
 
     lock_id: str = wire("lockId")
     task_id: str = wire("taskId")
@@ -38,6 +43,7 @@ class TaskLock:
     priority: int = wire("priority")
     partition_ids: tuple[int, ...] = wire("partitionIds", (), minimum=0)
     revoked: bool = wire("revoked", False)
+    for_allocation: bool | None = wire("forAllocation", None)
 
 
 @event_type("lock_granted", topic=LOCKS)

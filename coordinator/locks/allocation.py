@@ -1,10 +1,12 @@
 """Segment allocation (Druid's SegmentAllocateAction): new segment ids, consecutive per (dataSource, interval,
 version), never reused.
 
-**Which time chunk.** Appending must never hide what a chunk already holds
-(REPLACE allocations overwrite instead: they write the REPLACE lock's version in
-the requested interval, or a finer bucket where the task's own chunks of that
-version are in the way):
+**Which time chunk.** Appending must never hide what a chunk already holds.
+(Overwriting allocations, under a REPLACE lock or an exclusive timeChunk lock
+the task requested itself, as Druid's batch overwrite, write that lock's version
+in the requested interval, or a finer bucket where the group's own chunks of
+that version are in the way.) Appending allocations, under APPEND and shared
+locks or locks the allocation took itself:
 
 - If published segments contain the row's timestamp, the segment goes into
   their chunk (the newest version's interval), whatever interval was asked for;
@@ -12,15 +14,16 @@ version are in the way):
 - Otherwise the requested interval is tried, then ever finer buckets holding
   the row (month, day, 6 h, hour, 30/15/10/5 min, minute, second), skipping any
   that overlaps an existing chunk (published, or allocated to a running task
-  under a live non-REPLACE lock) of another interval. If none fits, or none can be locked, the allocation is refused.
+  under a live lock that does not overwrite) of another interval. If none
+  fits, or none can be locked, the allocation is refused.
 
 **Which version.** A segment appended into an existing chunk takes the chunk's
-version (its newest, published or allocated under a live non-REPLACE lock): the
+version (its newest, published or allocated under a live appending lock): the
 second streaming task of a group gets the next partition of the first one's
 version. Under a timeChunk lock that version must not be newer than the lock's.
 Into an empty chunk: the lock's version, except under an APPEND lock: Druid's
-epoch version, which every REPLACE supersedes. REPLACE allocations use the
-REPLACE lock's version. With **segment** lock granularity the lock and the id
+epoch version, which every REPLACE supersedes. Overwriting allocations use
+their lock's version. With **segment** lock granularity the lock and the id
 are made atomically: the new partition gets its own exclusive segment lock;
 overwriting with segment locks (the group holds segment locks on existing
 partitions of the chunk) keeps the version, takes Druid's overwrite partition
@@ -66,7 +69,6 @@ if TYPE_CHECKING:
 #: Finer fixed buckets tried after the requested interval (all divide a UTC day).
 _FINER = (MILLIS_PER_DAY, 6 * MILLIS_PER_HOUR, MILLIS_PER_HOUR, 30 * MILLIS_PER_MINUTE, 15 * MILLIS_PER_MINUTE,
           10 * MILLIS_PER_MINUTE, 5 * MILLIS_PER_MINUTE, MILLIS_PER_MINUTE, MILLIS_PER_SECOND)
-_MONTH_MIN = 28 * MILLIS_PER_DAY
 
 
 def allocate(box: Lockbox, req: SegmentAllocationRequested, at: int, emit: Emit) -> None:
@@ -108,8 +110,8 @@ def allocate(box: Lockbox, req: SegmentAllocationRequested, at: int, emit: Emit)
 def candidate_intervals(box: Lockbox, src: SourceState, req: SegmentAllocationRequested) -> list[Interval] | str:
     """The intervals to try, in order, or why none can hold the row (see the module docstring)."""
     ts = req.timestamp
-    if req.lock_type == "replace":
-        return _replace_candidates(box, src, req)
+    if req.lock_type == "replace" or (req.interval is not None and _overwrite_lock(box, src, req) is not None):
+        return _overwrite_candidates(box, src, req)
     containing = [s for s in src.segments.values() if s.interval.contains_instant(ts)]
     if containing:
         top = max(s.version for s in containing)
@@ -131,24 +133,36 @@ def candidate_intervals(box: Lockbox, src: SourceState, req: SegmentAllocationRe
     return fit
 
 
-def _replace_candidates(box: Lockbox, src: SourceState, req: SegmentAllocationRequested) -> list[Interval] | str:
-    """A REPLACE allocation overwrites: it writes the lock's (newest) version, so only chunks of that same
-    version with another interval are in its way (its group's earlier allocations)."""
-    if req.interval is None or req.interval.is_empty() or not req.interval.contains_instant(req.timestamp):
-        return "a replace allocation needs an interval containing the timestamp of the row"
+def overwrites(lock: TaskLock) -> bool:
+    """Whether allocations under ``lock`` overwrite (write its version): REPLACE locks, and exclusive
+    timeChunk locks the task requested itself (Druid's batch overwrite); the others append."""
+    return lock.lock_type == "replace" or (lock.lock_type == "exclusive" and lock.granularity == "timeChunk"
+                                           and not lock.for_allocation)
+
+
+def _overwrite_lock(box: Lockbox, src: SourceState, req: SegmentAllocationRequested) -> TaskLock | None:
+    """The live lock of the task's group this allocation overwrites under, if any (see :func:`overwrites`)."""
     info = box.tasks.get(req.task_id)
     group = info.group_id if info is not None else req.task_id
-    held = [lk.version for lk in src.locks.values() if lk.group_id == group and lk.lock_type == "replace"
-            and not lk.revoked and lk.granularity == "timeChunk" and lk.interval.contains(req.interval)]
-    same = set()
-    if held:
-        version = max(held)
-        same = {s.interval for s in src.segments.values() if s.version == version}
+    found = [lk for lk in src.locks.values() if lk.group_id == group and lk.lock_type == req.lock_type
+             and not lk.revoked and overwrites(lk) and req.interval is not None and lk.interval.contains(req.interval)]
+    return max(found, key=lambda lk: lk.version) if found else None
+
+
+def _overwrite_candidates(box: Lockbox, src: SourceState, req: SegmentAllocationRequested) -> list[Interval] | str:
+    """An overwriting allocation writes its lock's (newest) version in the requested interval, so only chunks
+    of that same version with another interval are in its way (its group's earlier allocations)."""
+    if req.interval is None or req.interval.is_empty() or not req.interval.contains_instant(req.timestamp):
+        return f"a {req.lock_type} allocation that overwrites needs an interval containing the timestamp of the row"
+    lock = _overwrite_lock(box, src, req)
+    same: set[Interval] = set()
+    if lock is not None:
+        same = {s.interval for s in src.segments.values() if s.version == lock.version}
         same.update(a.segment.interval for a in src.allocations.values()
-                    if a.segment.version == version and a.task_id in box.tasks)
+                    if a.segment.version == lock.version and a.task_id in box.tasks)
     tried = [req.interval, *finer_buckets(req.interval, req.timestamp)]
     fit = [iv for iv in tried if not any(c != iv and c.overlaps(iv) for c in same)]
-    return fit or "every bucket for the row overlaps this task's chunks of its replace version"
+    return fit or "every bucket for the row overlaps this group's chunks of its lock's version"
 
 
 def finer_buckets(preferred: Interval, ts: int) -> list[Interval]:
@@ -171,19 +185,19 @@ def finer_buckets(preferred: Interval, ts: int) -> list[Interval]:
 
 
 def _pending(box: Lockbox, src: SourceState) -> list[SegmentDescriptor]:
-    """Segments allocated to running tasks under a live lock that is not a REPLACE lock (a REPLACE
+    """Segments allocated to running tasks under a live lock that does not overwrite (an overwriting
     version is not data until it commits: appends inside it go on as if it were not there)."""
     out = []
-    held: dict[str, list[TaskLock]] = {}
     for a in src.allocations.values():
         if a.task_id not in box.tasks:
             continue
-        locks = held.get(a.task_id)
-        if locks is None:
-            locks = held[a.task_id] = [lk for lk in src.locks_of(a.task_id)
-                                       if lk.lock_type != "replace" and not lk.revoked]
-        # its own lock, or the wider APPEND lock that absorbed it
-        if any(lk.lock_id == a.lock_id or lk.interval.contains(a.segment.interval) for lk in locks):
+        own = src.locks.get(a.lock_id) if a.lock_id is not None else None
+        if own is not None:
+            live = not own.revoked and not overwrites(own)
+        else:  # its APPEND lock was absorbed by a wider one of the group, which the task holds
+            live = any(lk.lock_type == "append" and not lk.revoked and lk.interval.contains(a.segment.interval)
+                       for lk in src.locks_of(a.task_id))
+        if live:
             out.append(a.segment)
     return out
 
@@ -230,21 +244,21 @@ def _allocate_in(box: Lockbox, src: SourceState, req: SegmentAllocationRequested
             overshadowed, group = inputs, tuple(sorted(outputs | {partition}))
             shard_spec = overwrite_shard_spec(src, req.data_source, interval, version, partition, inputs, len(group))
         try:
-            lock = box.acquire(src, lock_req, at, emit)
+            lock = box.acquire(src, lock_req, at, emit, for_allocation=True)
         except Blocked as blocked:
             return f"cannot lock partition {partition} of {interval.iso()}: held by {', '.join(blocked.blocking)}"
     else:
         held = _covering_lock(src, req.task_id, interval, req.lock_type)
         if held is None:
             try:
-                held = box.acquire(src, lock_req, at, emit)
+                held = box.acquire(src, lock_req, at, emit, for_allocation=True)
             except Blocked as blocked:
                 return f"cannot lock {interval.iso()}: held by {', '.join(blocked.blocking)}"
         lock = held
         if lock.revoked:
             return f"lock {lock.lock_id} was revoked"
         existing = chunk_version(box, src, interval)
-        if req.lock_type == "replace":
+        if overwrites(lock):
             version = lock.version
         elif req.lock_type == "append":
             version = existing if existing is not None else lock.version
@@ -289,7 +303,7 @@ def _repeat(box: Lockbox, src: SourceState, req: SegmentAllocationRequested, inf
         if req.lock_granularity == "segment":
             lock_req = replace(lock_req, partition_ids=(seg.partition_id,), version=seg.version)
         try:
-            lock = box.acquire(src, lock_req, at, emit)
+            lock = box.acquire(src, lock_req, at, emit, for_allocation=True)
         except Blocked as blocked:
             return deny(f"cannot lock {seg.interval.iso()} again for {prior.segment_id}: held by "
                         + ", ".join(blocked.blocking))

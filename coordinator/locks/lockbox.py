@@ -232,7 +232,8 @@ class Lockbox(LockboxState):
         info = self.tasks.get(req.task_id)
         return info.priority if info is not None else default_priority(req.task_type)
 
-    def acquire(self, src: SourceState, req: LockRequested, at: int, emit: Emit) -> TaskLock:
+    def acquire(self, src: SourceState, req: LockRequested, at: int, emit: Emit,
+                for_allocation: bool = False) -> TaskLock:
         """Grant ``req`` (revoking strictly lower-priority incompatible locks) or raise :class:`Blocked`."""
         partitions = tuple(sorted(set(req.partition_ids or ()))) if req.granularity == "segment" else ()
         for lock in src.locks.values():  # idempotent re-request: the group's own lock back
@@ -267,6 +268,7 @@ class Lockbox(LockboxState):
             version=self.version_for(src, req, at),
             priority=priority,
             partition_ids=partitions,
+            for_allocation=True if for_allocation else None,
         )
         absorbed = tuple(
             held.lock_id for held in src.locks.values()

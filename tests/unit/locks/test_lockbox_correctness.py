@@ -76,6 +76,22 @@ def test_second_task_of_a_group_allocates_the_next_partition_of_the_existing_ver
     assert seen(s) == {1: 1, 2: 1}
 
 
+def test_under_an_exclusive_lock_the_task_requested_itself_allocation_overwrites() -> None:
+    """Druid's batch overwrite: the task locks the interval first, then writes its lock's version."""
+    s = Script()
+    s.start("k", "index_kafka")
+    old = allocated(s.allocate("k", sequence="k", granularity="timeChunk"))
+    accepted(s.publish("k", rows(old.segment, 1)))
+    s.finish("k")
+    s.start("reindex")
+    lock = s.lock("reindex").lock  # type: ignore[attr-defined]
+    new = allocated(s.allocate("reindex", sequence="r", granularity="timeChunk"))
+    assert (new.segment.version, new.segment.partition_id) == (lock.version, 0) and lock.version > old.segment.version
+    assert not lock.for_allocation
+    accepted(s.publish("reindex", rows(new.segment, 2)))
+    assert seen(s) == {1: 0, 2: 1}  # the re-index replaced what it read
+
+
 def test_a_day_request_over_hourly_chunks_falls_back_to_the_chunk_or_a_finer_bucket() -> None:
     s = Script()
     s.start("batch")

@@ -65,7 +65,8 @@ lock = st.tuples(st.just("lock"), st.sampled_from(TASKS), st.sampled_from(INTERV
                  st.sampled_from(["timeChunk", "timeChunk", "segment"]),
                  st.sampled_from(["exclusive", "exclusive", "shared", "append", "replace"]),
                  PRIORITIES, st.lists(st.integers(0, 3), min_size=1, max_size=2),
-                 st.sampled_from([None, None, None, "try", 3000, 20_000]))  # mode try, or a blocking timeout (ms)
+                 # mostly blocking; else mode try, or a blocking timeout (ms)
+                 st.sampled_from([None, None, None, None, None, "try", 3000, 60_000]))
 release = st.tuples(st.just("release"), st.sampled_from(TASKS), st.sampled_from(INTERVALS))
 alloc = st.tuples(st.just("alloc"), st.sampled_from(TASKS), st.sampled_from(INTERVALS),
                   st.sampled_from(["timeChunk", "timeChunk", "segment"]),
@@ -170,7 +171,7 @@ def test_histories_reach_waiters_revocations_upgrades_and_metadata_at_cuts() -> 
     tails after them revoke, grant waiters and publish with metadata (upgrades: the scripted test below)."""
     seen: dict[str, int] = {}
 
-    @settings(max_examples=300, deadline=None, database=None, derandomize=True,
+    @settings(max_examples=600, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
     @given(starts, steps)
     def probe(started: tuple[Any, ...], rest: list[tuple[Any, ...]]) -> None:
