@@ -13,7 +13,9 @@ online) and the oracle checks, for every committed row set:
   whose lock was granted after the rows were committed or is held by the
   committing task's own group (an overwriting task may only drop what it could read).
 
-After every step, no two live locks of different groups are incompatible; at
+An append of allocated segments under live APPEND locks of the task is always
+accepted (upgraded, never refused). After every step, no two live locks of
+different groups are incompatible; at
 the end, folding the decision log rebuilds the lockbox, and re-sending a
 publish that was accepted is acknowledged and changes nothing.
 """
@@ -172,8 +174,14 @@ def _step(w: World, n: int, step: tuple) -> None:  # type: ignore[type-arg]
             w.next_rows += 1
         req = PublishRequested(request_id=f"p{n}", task_id=task, segments=tuple(segs),
                                kind=KIND_OF_LOCK[chosen[0][1]])
+        held = w.box.sources["wiki"].locks_of(task)
+        appendable = req.kind == "append" and all(
+            any(lk.lock_type == "append" and not lk.revoked and lk.interval.contains(s.interval) for lk in held)
+            for s in segs)
         out = w.send(req, n)
         answer = out[-1]
+        if appendable:  # appends under live APPEND locks are never refused: they are upgraded instead
+            assert isinstance(answer, PublishAccepted), answer
         if isinstance(answer, PublishAccepted) and not answer.already_published:
             w.accepted.append((n, answer, req))
             upgraded = set(answer.upgraded_segment_ids)
