@@ -44,6 +44,7 @@ from events.segments import (
     SegmentUnannounced,
 )
 from events.tasks import (
+    LockReleaseRequested,
     LockRequested,
     PublishRequested,
     SegmentAllocationRequested,
@@ -69,6 +70,7 @@ __all__ = [
     "LoadSegment",
     "LockDenied",
     "LockGranted",
+    "LockReleaseRequested",
     "LockReleased",
     "LockRequested",
     "LockRevoked",

@@ -19,13 +19,18 @@ from events.interval import Interval
 from events.registry import Event, event_type
 from events.schema import JsonValue, wire
 from events.segment import SegmentDescriptor
-from events.tasks import LockGranularity, LockType, TaskStatus
+from events.tasks import LockGranularity, LockType, PublishKind, TaskStatus
 from events.topics import LOCKS
 
 
 @dataclass(frozen=True, slots=True)
 class TaskLock:
-    """A lock as the lockbox holds it. ``partitionIds`` only for segment granularity."""
+    """A lock as the lockbox holds it. ``partitionIds`` only for segment granularity.
+
+    ``forAllocation``: the lock was taken by a segment allocation (Druid's SegmentAllocateAction), not
+    requested by the task beforehand. Allocations under such an exclusive lock append to the existing time
+    chunk; under an exclusive lock the task requested itself they overwrite with the lock's version.
+    """
 
     lock_id: str = wire("lockId")
     task_id: str = wire("taskId")
@@ -38,6 +43,7 @@ class TaskLock:
     priority: int = wire("priority")
     partition_ids: tuple[int, ...] = wire("partitionIds", (), minimum=0)
     revoked: bool = wire("revoked", False)
+    for_allocation: bool | None = wire("forAllocation", None)
 
 
 @event_type("lock_granted", topic=LOCKS)
@@ -46,7 +52,8 @@ class LockGranted(Event):
     """The task holds ``lock`` (a new one, or its group's existing one that the task joins).
 
     An idempotent re-request answered with a revoked lock carries ``revoked: true``
-    in the lock and says so in ``reason``.
+    in the lock and says so in ``reason``. ``absorbedLockIds``: the group's APPEND
+    locks inside this wider APPEND lock, which it replaces (their holders hold it).
     """
 
     request_id: str = wire("requestId")
@@ -54,6 +61,7 @@ class LockGranted(Event):
     lock: TaskLock = wire("lock")
     revoked_lock_ids: tuple[str, ...] = wire("revokedLockIds", ())
     reason: str | None = wire("reason", None)
+    absorbed_lock_ids: tuple[str, ...] | None = wire("absorbedLockIds", None)
 
 
 @event_type("lock_waiting", topic=LOCKS)
@@ -116,7 +124,13 @@ class PublishRejected(Event):
 @event_type("publish_accepted", topic=LOCKS)
 @dataclass(frozen=True, slots=True)
 class PublishAccepted(Event):
-    """Every segment the publish commits: the task's own and any upgraded copies, in commit order."""
+    """Every segment the publish commits: the task's own and any upgraded copies, in commit order.
+
+    ``upgradedFromSegmentIds`` is parallel to ``upgradedSegmentIds``: the appended
+    segment each copy holds the rows of. ``kind`` is the request's publish kind.
+    ``alreadyPublished``: a re-sent publish of exactly what is committed, answered
+    as accepted; it changes nothing (not even the stream offsets).
+    """
 
     request_id: str = wire("requestId")
     task_id: str = wire("taskId")
@@ -124,6 +138,9 @@ class PublishAccepted(Event):
     upgraded_segment_ids: tuple[str, ...] = wire("upgradedSegmentIds", ())
     start_metadata: JsonValue | None = wire("startMetadata", None)
     end_metadata: JsonValue | None = wire("endMetadata", None)
+    upgraded_from_segment_ids: tuple[str, ...] | None = wire("upgradedFromSegmentIds", None)
+    kind: PublishKind | None = wire("kind", None)
+    already_published: bool | None = wire("alreadyPublished", None)
 
 
 @event_type("task_registered", topic=LOCKS)

@@ -21,6 +21,9 @@ from events.instant import InstantError, parse_instant
 from events.interval import Interval
 from events.schema import EventValidationError, JsonObject, JsonValue, wire
 
+#: Druid's first partition id of segments overwritten under segment locks (NumberedOverwriteShardSpec).
+OVERWRITE_PARTITION_START = 32768
+
 
 class SegmentIdError(ValueError):
     """Text that is not a Druid segment id."""
@@ -102,7 +105,11 @@ class SegmentDescriptor:
     same (dataSource, interval, version) chunk. ``loadSpec``, ``shardSpec``,
     ``dimensions``, ``metrics`` and ``partitionVersions`` are opaque JSON, kept
     as given and never mutated. When ``partitionId`` is absent on the wire it is
-    taken from ``shardSpec.partitionNum`` (Druid's own field), else 0.
+    taken from ``shardSpec.partitionNum`` (Druid's own field; ``partitionId`` of a
+    ``numbered_overwrite`` spec), else 0. A ``numbered_overwrite`` shard spec
+    (:attr:`overwrite_spec`) says in Druid's form what ``overshadowedSegments``
+    and ``atomicUpdateGroup`` say in the proposal's list form; the timeline reads
+    either (:mod:`coordinator.timeline.overwrite`).
     """
 
     data_source: str = wire("dataSource")
@@ -138,12 +145,31 @@ class SegmentDescriptor:
         n = spec.get("partitions", 0)
         return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
 
+    @property
+    def overwrite_spec(self) -> tuple[int, int, int, int] | None:
+        """(startRootPartitionId, endRootPartitionId, minorVersion, atomicUpdateGroupSize) of a Druid
+        ``numbered_overwrite`` shard spec, else None. Root partitions ``[start, end)`` of the same version with a
+        lower minor version are what it overwrites; its atomic update group is every segment of the chunk with
+        the same (start, end, minorVersion), ``atomicUpdateGroupSize`` of them."""
+        spec = self.shard_spec
+        if spec is None or spec.get("type") != "numbered_overwrite":
+            return None
+        fields: list[int] = []
+        for key in ("startRootPartitionId", "endRootPartitionId", "minorVersion", "atomicUpdateGroupSize"):
+            value = spec.get(key)
+            if not isinstance(value, int) or isinstance(value, bool):
+                return None
+            fields.append(value)
+        return fields[0], fields[1], fields[2], fields[3]
+
     @staticmethod
     def _from_wire(obj: Mapping[str, Any]) -> Mapping[str, Any]:
         if "partitionId" not in obj:
             spec = obj.get("shardSpec")
-            if isinstance(spec, dict) and isinstance(spec.get("partitionNum"), int):
-                return {**obj, "partitionId": spec["partitionNum"]}
+            if isinstance(spec, dict):
+                for key in ("partitionNum", "partitionId"):  # numbered / numbered_overwrite
+                    if isinstance(spec.get(key), int) and not isinstance(spec.get(key), bool):
+                        return {**obj, "partitionId": spec[key]}
         return obj
 
     def _check(self, path: str) -> None:

@@ -20,6 +20,8 @@ from events.topics import LOCK_REQUESTS
 LockGranularity = Literal["timeChunk", "segment"]
 LockType = Literal["exclusive", "shared", "append", "replace"]
 TaskStatus = Literal["success", "failed"]
+LockMode = Literal["blocking", "try"]
+PublishKind = Literal["insert", "append", "replace"]
 
 
 @event_type("task_started", topic=LOCK_REQUESTS)
@@ -35,7 +37,13 @@ class TaskStarted(Event):
 @event_type("lock_requested", topic=LOCK_REQUESTS)
 @dataclass(frozen=True, slots=True)
 class LockRequested(Event):
-    """A request for a lock. The interval may be empty on the wire: the lockbox denies it with a reason."""
+    """A request for a lock. The interval may be empty on the wire: the lockbox denies it with a reason.
+
+    ``mode`` ``try`` (Druid's TimeChunkLockTryAcquireAction) is denied at once
+    when the lock cannot be granted now; ``blocking`` (the default) waits, for at
+    most ``timeoutMs`` of event time when given. ``version`` names the version of
+    a segment lock (the segments it locks) or a timeChunk lock's preferred version.
+    """
 
     request_id: str = wire("requestId")
     task_id: str = wire("taskId")
@@ -47,6 +55,20 @@ class LockRequested(Event):
     lock_type: LockType = wire("lockType")
     priority: int | None = wire("priority", None)
     partition_ids: tuple[int, ...] | None = wire("partitionIds", None, minimum=0)
+    mode: LockMode | None = wire("mode", None)
+    timeout_ms: int | None = wire("timeoutMs", None, minimum=0)
+    version: str | None = wire("version", None)
+
+
+@event_type("lock_release_requested", topic=LOCK_REQUESTS)
+@dataclass(frozen=True, slots=True)
+class LockReleaseRequested(Event):
+    """Release the task's locks on exactly ``interval`` without ending the task (Druid's LockReleaseAction)."""
+
+    request_id: str = wire("requestId")
+    task_id: str = wire("taskId")
+    data_source: str = wire("dataSource")
+    interval: Interval = wire("interval")
 
 
 @event_type("segment_allocation_requested", topic=LOCK_REQUESTS)
@@ -67,11 +89,22 @@ class SegmentAllocationRequested(Event):
 @event_type("publish_requested", topic=LOCK_REQUESTS)
 @dataclass(frozen=True, slots=True)
 class PublishRequested(Event):
+    """A transactional publish. ``kind`` says which of Druid's actions it is (absent: ``insert``):
+
+    - ``insert`` (SegmentTransactionalInsertAction): under exclusive/shared
+      timeChunk or segment locks; ``segmentsToBeOverwritten`` names published
+      segments it overwrites (they must be locked by the task);
+    - ``append`` (SegmentTransactionalAppendAction): under APPEND locks;
+    - ``replace`` (SegmentTransactionalReplaceAction): under REPLACE locks; no stream metadata.
+    """
+
     request_id: str = wire("requestId")
     task_id: str = wire("taskId")
     segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True)
     start_metadata: JsonValue | None = wire("startMetadata", None)
     end_metadata: JsonValue | None = wire("endMetadata", None)
+    kind: PublishKind | None = wire("kind", None)
+    segments_to_be_overwritten: tuple[str, ...] | None = wire("segmentsToBeOverwritten", None)
 
 
 @event_type("task_finished", topic=LOCK_REQUESTS, version=2)

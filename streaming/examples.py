@@ -15,6 +15,7 @@ from events import (
     LockDenied,
     LockGranted,
     LockReleased,
+    LockReleaseRequested,
     LockRequested,
     LockRevoked,
     LockWaiting,
@@ -88,6 +89,7 @@ def example_events() -> list[Event]:
         LockGranted(request_id="req-1", task_id="index_kafka_1", lock=lock),
         LockWaiting(request_id="req-2", task_id="compact_1", reason="blocked by lock-1", blocking_lock_ids=("lock-1",)),
         LockDenied(request_id="req-3", task_id="unknown_task", reason="task unknown_task was never started"),
+        LockReleaseRequested(request_id="req-7", task_id="index_kafka_1", data_source=DS, interval=DAY),
         SegmentAllocationRequested(
             request_id="req-4", task_id="index_kafka_1", data_source=DS,
             timestamp=Instant(parse_instant("2026-11-20T12:34:56Z")), sequence_name="seq-0",

@@ -1,4 +1,12 @@
-"""``segcoord locks replay``: run a JSON-lines file of task requests through the lockbox."""
+"""``segcoord locks replay``: run a JSON-lines file of task requests through the lockbox.
+
+One entry per answer to a request: ``granted`` (a lock, or an allocation's
+segment id, with the locks it revoked or absorbed), ``waiting``, ``denied``
+(including a try-lock that cannot be had now and a wait that timed out),
+``released`` (a ``lock_release_requested``), ``accepted`` (a publish, with
+its kind, its segments, the upgraded copies it made and whether it was a
+re-sent publish already committed) or ``rejected``.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,7 @@ from coordinator.locks.lockbox import Lockbox
 from events.locks import (
     LockDenied,
     LockGranted,
+    LockReleased,
     LockWaiting,
     PublishAccepted,
     PublishRejected,
@@ -16,15 +25,25 @@ from events.locks import (
     TaskLock,
 )
 from events.registry import Event
-from events.tasks import LockRequested, PublishRequested, SegmentAllocationRequested, TaskFinished, TaskStarted
+from events.tasks import (
+    LockReleaseRequested,
+    LockRequested,
+    PublishRequested,
+    SegmentAllocationRequested,
+    TaskFinished,
+    TaskStarted,
+)
 from streaming.jsonlines import read_numbered_envelopes
 
-REQUESTS = (TaskStarted, LockRequested, SegmentAllocationRequested, PublishRequested, TaskFinished)
+REQUESTS = (TaskStarted, LockRequested, SegmentAllocationRequested, PublishRequested, TaskFinished,
+            LockReleaseRequested)
 
 
 def _decision(request_id: str, outcome: str, **fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {"requestId": request_id, "outcome": outcome, "lockId": None, "version": None,
-                            "revokedLockIds": [], "reason": None, "segmentId": None}
+                            "revokedLockIds": [], "reason": None, "segmentId": None, "absorbedLockIds": [],
+                            "releasedLockIds": [], "kind": None, "segmentIds": [], "upgradedSegmentIds": [],
+                            "alreadyPublished": False}
     base.update(fields)
     return base
 
@@ -35,7 +54,8 @@ def summarize(events: list[Event]) -> list[dict[str, Any]]:
     for e in events:
         if isinstance(e, LockGranted):
             out.append(_decision(e.request_id, "granted", lockId=e.lock.lock_id, version=e.lock.version,
-                                 revokedLockIds=list(e.revoked_lock_ids), reason=e.reason))
+                                 revokedLockIds=list(e.revoked_lock_ids), reason=e.reason,
+                                 absorbedLockIds=list(e.absorbed_lock_ids or ())))
         elif isinstance(e, SegmentAllocated):
             if out and out[-1]["requestId"] == e.request_id and out[-1]["outcome"] == "granted":
                 out[-1]["segmentId"] = e.segment_id
@@ -49,7 +69,13 @@ def summarize(events: list[Event]) -> list[dict[str, Any]]:
         elif isinstance(e, PublishRejected):
             out.append(_decision(e.request_id, "rejected", reason=e.reason))
         elif isinstance(e, PublishAccepted):
-            out.append(_decision(e.request_id, "granted"))
+            upgraded = set(e.upgraded_segment_ids)
+            out.append(_decision(e.request_id, "accepted", kind=e.kind or "insert",
+                                 segmentIds=[str(s.id) for s in e.segments if str(s.id) not in upgraded],
+                                 upgradedSegmentIds=list(e.upgraded_segment_ids),
+                                 alreadyPublished=bool(e.already_published)))
+        elif isinstance(e, LockReleased) and e.request_id is not None:
+            out.append(_decision(e.request_id, "released", releasedLockIds=list(e.lock_ids), reason=e.reason))
     return out
 
 
@@ -78,9 +104,14 @@ def replay_text(path: Path) -> str:
     result = replay_json(path)
     lines = []
     for d in result["decisions"]:
-        detail = " ".join(f"{k}={d[k]}" for k in ("lockId", "version", "segmentId") if d[k])
-        if d["revokedLockIds"]:
-            detail += " revoked=" + ",".join(d["revokedLockIds"])
+        detail = " ".join(f"{k}={d[k]}" for k in ("lockId", "version", "segmentId", "kind") if d[k])
+        for key, label in (("revokedLockIds", "revoked"), ("absorbedLockIds", "absorbed"),
+                           ("releasedLockIds", "released"), ("segmentIds", "segments"),
+                           ("upgradedSegmentIds", "upgraded")):
+            if d[key]:
+                detail += f" {label}=" + ",".join(d[key])
+        if d["alreadyPublished"]:
+            detail += " (already published)"
         if d["reason"]:
             detail += f" ({d['reason']})"
         lines.append(f"{d['requestId']:12s} {d['outcome']:8s} {detail}".rstrip())

@@ -49,6 +49,7 @@ from events.interval import Interval
 from events.locks import (
     LockDenied,
     LockGranted,
+    LockReleased,
     LockRevoked,
     PublishAccepted,
     PublishRejected,
@@ -62,8 +63,11 @@ from events.schema import EventValidationError, Instant, JsonValue
 from events.segment import SegmentDescriptor
 from events.tasks import (
     LockGranularity,
+    LockMode,
+    LockReleaseRequested,
     LockRequested,
     LockType,
+    PublishKind,
     PublishRequested,
     SegmentAllocationRequested,
     TaskFinished,
@@ -177,17 +181,29 @@ class TaskClient:
 
     def lock(self, interval: Interval | str, lock_type: LockType = "exclusive",
              granularity: LockGranularity = "timeChunk", *, partition_ids: Sequence[int] | None = None,
-             priority: int | None = None, timeout: float | None = None) -> Decision:
+             priority: int | None = None, mode: LockMode | None = None, timeout_ms: int | None = None,
+             version: str | None = None, timeout: float | None = None) -> Decision:
         """Request a lock; answered by ``LockGranted`` (returned) or ``LockDenied`` (raises); waits through
-        ``LockWaiting``."""
+        ``LockWaiting``. ``mode="try"`` is denied at once when the lock cannot be had now; ``timeout_ms``
+        bounds the lockbox-side wait (event time); ``version`` names a segment lock's version or a timeChunk
+        lock's preferred one."""
         rid = uuid.uuid4().hex
         event = LockRequested(
             request_id=rid, task_id=self.task_id, group_id=self.group_id, task_type=self.task_type,
             data_source=self.data_source, interval=_interval(interval), granularity=granularity, lock_type=lock_type,
             priority=priority if priority is not None else self.priority,
             partition_ids=tuple(partition_ids) if partition_ids is not None else None,
+            mode=mode, timeout_ms=timeout_ms, version=version,
         )
         return self._call(event, rid, "LockGranted or LockDenied", (LockGranted,), (LockDenied,), timeout)
+
+    def release(self, interval: Interval | str, timeout: float | None = None) -> Decision:
+        """Release the task's locks on exactly ``interval`` (Druid's LockReleaseAction); answered by
+        ``LockReleased`` (returned) or ``LockDenied`` (raises: the task holds no lock there)."""
+        rid = uuid.uuid4().hex
+        event = LockReleaseRequested(request_id=rid, task_id=self.task_id, data_source=self.data_source,
+                                     interval=_interval(interval))
+        return self._call(event, rid, "LockReleased or LockDenied", (LockReleased,), (LockDenied,), timeout)
 
     def allocate(self, timestamp: int | str, sequence_name: str, previous_segment_id: str | None = None, *,
                  interval: Interval | str | None = None, lock_granularity: LockGranularity = "timeChunk",
@@ -204,11 +220,15 @@ class TaskClient:
         return self._call(event, rid, "SegmentAllocated or LockDenied", (SegmentAllocated,), (LockDenied,), timeout)
 
     def publish(self, segments: Sequence[SegmentDescriptor], start_metadata: JsonValue | None = None,
-                end_metadata: JsonValue | None = None, *, timeout: float | None = None) -> Decision:
-        """Publish segments; answered by ``PublishAccepted`` (returned) or ``PublishRejected`` (raises)."""
+                end_metadata: JsonValue | None = None, *, kind: PublishKind | None = None,
+                segments_to_be_overwritten: Sequence[str] | None = None, timeout: float | None = None) -> Decision:
+        """Publish segments as ``kind`` (insert, the default; append; replace); answered by
+        ``PublishAccepted`` (returned) or ``PublishRejected`` (raises)."""
         rid = uuid.uuid4().hex
         event = PublishRequested(request_id=rid, task_id=self.task_id, segments=tuple(segments),
-                                 start_metadata=start_metadata, end_metadata=end_metadata)
+                                 start_metadata=start_metadata, end_metadata=end_metadata, kind=kind,
+                                 segments_to_be_overwritten=tuple(segments_to_be_overwritten)
+                                 if segments_to_be_overwritten is not None else None)
         return self._call(event, rid, "PublishAccepted or PublishRejected", (PublishAccepted,), (PublishRejected,),
                           timeout)
 
@@ -259,9 +279,12 @@ class TaskClient:
                     return Decision(request, env, seen)
 
     def _answers(self, env: Envelope[Event], request: Envelope[Event], request_id: str | None) -> bool:
-        if env.causation_id == request.event_id:
-            return True
-        return request_id is not None and getattr(env.event, "request_id", None) == request_id
+        # A decision naming a request answers that request only: handling one request may also deny
+        # another task's waiter whose timeout passed, under this request's causation.
+        answered = getattr(env.event, "request_id", None)
+        if request_id is not None and answered is not None:
+            return bool(answered == request_id)
+        return env.causation_id == request.event_id
 
     def _read(self, wait: float) -> list[Envelope[Event]]:
         """New decisions (each event id once), with this task's locks and revocations noted."""
@@ -293,6 +316,9 @@ class TaskClient:
             self.locks[event.lock.lock_id] = event.lock
             if event.lock.revoked:
                 self.revoked.setdefault(event.lock.lock_id, env)
+        elif isinstance(event, LockReleased) and event.task_id == self.task_id:
+            for lock_id in event.lock_ids:
+                self.locks.pop(lock_id, None)
         elif isinstance(event, LockRevoked):
             for lock_id in event.lock_ids:
                 if lock_id in self.locks:

@@ -16,17 +16,24 @@ Rules (seed 001 and Druid's TaskLockbox with APPEND/REPLACE locks):
 - **Idempotency**: a request by the same group, granularity and type whose
   interval lies inside a lock the group holds gets that lock back (a revoked one
   stays revoked, and the answer says so).
+- **A group never blocks itself** (Druid's lock posse): locks held by tasks of
+  the request's group are never incompatible with it. A new APPEND lock absorbs
+  the group's APPEND locks inside it (``absorbedLockIds``).
 - **Conflicts and compatibility**: see :mod:`coordinator.locks.conflicts`. A
   request with no incompatible live lock is granted; if every incompatible live
   lock has a strictly lower priority, they are all revoked (one event lists
-  them) and the request is granted; otherwise it waits. Waiters are re-examined
-  in arrival order whenever a release or a revocation frees something.
-- **Versions**: a new lock's version is the request's event time, raised above
-  every existing segment version of its interval if the clock lags; an append
-  lock writes into the visible version of its interval; a segment lock carries
-  its segments' version.
-- **Task end** releases the task's locks; a lock shared by a group is released
-  when its last member ends.
+  them) and the request is granted; otherwise a ``try`` request is denied at
+  once and a blocking one waits, for at most its ``timeoutMs`` of event time.
+  Waiters are re-examined in arrival order whenever a release or a revocation
+  frees something; expired ones are denied when the next request arrives.
+- **Versions**: a new lock's version is the request's event time (or its
+  preferred ``version``), raised above every existing segment version of its
+  interval if the clock lags; an APPEND lock has Druid's epoch version (it
+  covers segments of any version); a segment lock carries its segments' version
+  (the requested ``version``, else the chunk's).
+- **Release**: ``lock_release_requested`` releases the task's locks on exactly
+  that interval; **task end** releases all of them. A lock shared by a group is
+  released when its last member lets go.
 """
 
 from __future__ import annotations
@@ -51,9 +58,19 @@ from events.locks import (
     TaskRegistered,
 )
 from events.registry import Event
-from events.tasks import LockRequested, PublishRequested, SegmentAllocationRequested, TaskFinished, TaskStarted
+from events.tasks import (
+    LockReleaseRequested,
+    LockRequested,
+    PublishRequested,
+    SegmentAllocationRequested,
+    TaskFinished,
+    TaskStarted,
+)
 
-__all__ = ["Blocked", "Emit", "Lockbox", "decide", "next_version"]
+__all__ = ["EPOCH_VERSION", "Blocked", "Emit", "Lockbox", "decide", "next_version"]
+
+#: Druid's version of APPEND locks and of segments appended where no data exists: any REPLACE supersedes it.
+EPOCH_VERSION = "1970-01-01T00:00:00.000Z"
 
 
 def next_version(candidate: str, existing: Iterable[str]) -> str:
@@ -93,6 +110,7 @@ class Lockbox(LockboxState):
 
         event = envelope.event
         at = envelope.occurred_at
+        self._expire_waiters(at, emit)
         if isinstance(event, TaskStarted):
             self._task_started(event, emit)
         elif isinstance(event, TaskFinished):
@@ -103,6 +121,8 @@ class Lockbox(LockboxState):
             allocate(self, event, at, emit)
         elif isinstance(event, PublishRequested):
             publish(self, event, emit)
+        elif isinstance(event, LockReleaseRequested):
+            self._release_requested(event, emit)
         return out
 
     # -- task lifecycle -----------------------------------------------------------------
@@ -123,6 +143,41 @@ class Lockbox(LockboxState):
         if src is not None and held:
             emit(LockReleased(task_id=event.task_id, lock_ids=tuple(held), reason=f"task {event.status}"))
             self._reexamine(src, emit)
+
+    def _release_requested(self, req: LockReleaseRequested, emit: Emit) -> None:
+        info = self.check_task(req.task_id, req.data_source)
+        if isinstance(info, str):
+            emit(LockDenied(request_id=req.request_id, task_id=req.task_id, reason=info))
+            return
+        src = self.source(req.data_source)
+        held = [lock.lock_id for lock in src.locks_of(req.task_id) if lock.interval == req.interval]
+        if not held:
+            emit(LockDenied(request_id=req.request_id, task_id=req.task_id,
+                            reason=f"task {req.task_id} holds no lock on {req.interval.iso()}"))
+            return
+        emit(LockReleased(task_id=req.task_id, lock_ids=tuple(held), reason="released by the task",
+                          request_id=req.request_id))
+        self._reexamine(src, emit)
+
+    #: Data sources that may have waiters with a timeout (None: not known yet, e.g. after a copy or a restore).
+    _timed: set[str] | None = None
+
+    def _expire_waiters(self, now: int, emit: Emit) -> None:
+        """Deny blocking requests whose ``timeoutMs`` has passed by ``now`` (event time)."""
+        if self._timed is None:
+            self._timed = {ds for ds, src in self.sources.items()
+                           if any(w.request.timeout_ms is not None for w in src.waiters)}
+        for ds in sorted(self._timed):
+            src = self.sources[ds]
+            if not any(w.request.timeout_ms is not None for w in src.waiters):
+                self._timed.discard(ds)
+                continue
+            for waiter in list(src.waiters):
+                timeout = waiter.request.timeout_ms
+                if timeout is not None and waiter.at + timeout <= now:
+                    src.waiters.remove(waiter)
+                    emit(LockDenied(request_id=waiter.request.request_id, task_id=waiter.request.task_id,
+                                    reason=f"timed out after {timeout} ms waiting for the lock"))
 
     # -- validation -------------------------------------------------------------------------
     def check_task(self, task_id: str, data_source: str) -> TaskInfo | str:
@@ -147,8 +202,14 @@ class Lockbox(LockboxState):
         try:
             self.acquire(src, req, at, emit)
         except Blocked as blocked:
+            if req.mode == "try":
+                emit(LockDenied(request_id=req.request_id, task_id=req.task_id,
+                                reason="try-lock: held by " + ", ".join(blocked.blocking)))
+                return
             if all(w.request.request_id != req.request_id for w in src.waiters):
                 src.waiters.append(Waiter(req, at))
+                if req.timeout_ms is not None and self._timed is not None:
+                    self._timed.add(req.data_source)
             emit(LockWaiting(request_id=req.request_id, task_id=req.task_id,
                              reason="waiting for " + ", ".join(blocked.blocking),
                              blocking_lock_ids=tuple(blocked.blocking)))
@@ -171,7 +232,8 @@ class Lockbox(LockboxState):
         info = self.tasks.get(req.task_id)
         return info.priority if info is not None else default_priority(req.task_type)
 
-    def acquire(self, src: SourceState, req: LockRequested, at: int, emit: Emit) -> TaskLock:
+    def acquire(self, src: SourceState, req: LockRequested, at: int, emit: Emit,
+                for_allocation: bool = False) -> TaskLock:
         """Grant ``req`` (revoking strictly lower-priority incompatible locks) or raise :class:`Blocked`."""
         partitions = tuple(sorted(set(req.partition_ids or ()))) if req.granularity == "segment" else ()
         for lock in src.locks.values():  # idempotent re-request: the group's own lock back
@@ -184,7 +246,7 @@ class Lockbox(LockboxState):
         priority = self.priority_of(req)
         blocking = [
             lock for lock in src.locks.values()
-            if not lock.revoked
+            if not lock.revoked and lock.group_id != req.group_id
             and scopes_conflict(lock.granularity, lock.interval, lock.partition_ids,
                                 req.granularity, req.interval, partitions)
             and not types_compatible(lock.lock_type, lock.interval, req.lock_type, req.interval)
@@ -206,8 +268,16 @@ class Lockbox(LockboxState):
             version=self.version_for(src, req, at),
             priority=priority,
             partition_ids=partitions,
+            for_allocation=True if for_allocation else None,
         )
-        emit(LockGranted(request_id=req.request_id, task_id=req.task_id, lock=lock, revoked_lock_ids=revoked))
+        absorbed = tuple(
+            held.lock_id for held in src.locks.values()
+            if req.lock_type == "append" and req.granularity == "timeChunk" and held.group_id == req.group_id
+            and held.lock_type == "append" and held.granularity == "timeChunk" and not held.revoked
+            and req.interval.contains(held.interval)
+        ) or None
+        emit(LockGranted(request_id=req.request_id, task_id=req.task_id, lock=lock, revoked_lock_ids=revoked,
+                         absorbed_lock_ids=absorbed))
         if revoked:
             self._reexamine(src, emit)
         return lock
@@ -216,21 +286,27 @@ class Lockbox(LockboxState):
         """The version of a new lock (see the module docstring).
 
         Allocated (pending) segments count as existing data, as Druid's pending
-        segments do: appends into a chunk that only has pending segments join
-        their version, so partition ids stay consecutive per version.
+        segments do: a segment lock on a chunk that only has pending segments
+        joins their version, so partition ids stay consecutive per version.
         """
         iv = req.interval
         known = list(src.next_partition)  # published and allocated (start, end, version)
         if req.granularity == "segment":
+            if req.version is not None:
+                return req.version
             same = [v for (s, e, v) in known if s == iv.start and e == iv.end]
             if same:
                 return max(same)
+            posse = [lk.version for lk in src.locks.values()  # inside its group's timeChunk lock: that version
+                     if lk.group_id == req.group_id and lk.granularity == "timeChunk" and not lk.revoked
+                     and lk.lock_type in ("exclusive", "shared", "replace") and lk.interval.contains(iv)]
+            if posse:
+                return max(posse)
         if req.lock_type == "append":
-            published = [seg.version for seg in src.segments.values() if seg.interval.overlaps(iv)]
-            pending = [v for (s, e, v) in known if s < iv.end and iv.start < e]
-            if published or pending:
-                return max(published or pending)
+            return EPOCH_VERSION
         overlapping = [v for (s, e, v) in known if s < iv.end and iv.start < e]
+        if req.version is not None and all(v < req.version for v in overlapping):
+            return req.version
         return next_version(format_instant(at), overlapping)
 
     def _reexamine(self, src: SourceState, emit: Emit) -> None:

@@ -10,9 +10,9 @@ snapshot keeps everything, and keeps every order that a decision can observe:
 - per data source, in the dict orders the lockbox iterates them: live locks
   (the first matching lock answers an idempotent re-request; the blocking list
   names locks in this order), their holders (``locks_of`` follows it), the lock
-  sequence, published segments, the never-reused partition counters,
+  sequence, published segments, the never-reused partition counters (root and overwrite),
   allocations, the stream metadata, appends under replace locks (tuple order),
-  committed replace locks and the **waiting requests in arrival order** with
+  committed replace locks, the chunks replace publishes committed and the **waiting requests in arrival order** with
   their event times (they decide later grants and their versions).
 
 Sets are written sorted (only membership is ever read from them). Records go
@@ -51,8 +51,8 @@ from events.schema import decode_record, encode_record
 from events.segment import SegmentDescriptor
 from events.tasks import LockRequested
 
-#: The layout of :func:`snapshot_to_json`; a reader refuses any other.
-SNAPSHOT_VERSION = 1
+#: The layout of :func:`snapshot_to_json`; a reader refuses any other (2: ``replaceChunks``, ``nextOverwrite``).
+SNAPSHOT_VERSION = 2
 
 
 class SnapshotError(ValueError):
@@ -81,6 +81,8 @@ def _source_to_json(src: SourceState) -> dict[str, Any]:
         "metadata": src.metadata,
         "appendedUnder": [[lock_id, [encode_record(s) for s in segs]] for lock_id, segs in src.appended_under.items()],
         "committedReplaces": sorted(src.committed_replaces),
+        "replaceChunks": [list(key) for key in sorted(src.replace_chunks)],
+        "nextOverwrite": [[s, e, v, n] for (s, e, v), n in src.next_overwrite.items()],
         "waiters": [[encode_record(w.request), w.at] for w in src.waiters],
     }
 
@@ -114,6 +116,8 @@ def _source_from_json(obj: dict[str, Any]) -> SourceState:
                         for lock_id, segs in obj["appendedUnder"]},
         committed_replaces=frozenset(obj["committedReplaces"]),
         waiters=[Waiter(decode_record(LockRequested, req, "waiter"), at) for req, at in obj["waiters"]],
+        replace_chunks=frozenset((s, e, v) for s, e, v in obj["replaceChunks"]),
+        next_overwrite={(s, e, v): n for s, e, v, n in obj["nextOverwrite"]},
     )
 
 

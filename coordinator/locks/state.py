@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from coordinator.locks.offsets import plus
 from events.interval import Interval
 from events.locks import (
     LockGranted,
@@ -27,7 +28,7 @@ from events.locks import (
     TaskRegistered,
 )
 from events.registry import Event
-from events.segment import SegmentDescriptor, SegmentId
+from events.segment import OVERWRITE_PARTITION_START, SegmentDescriptor, SegmentId
 from events.tasks import LockRequested
 
 ChunkVersion = tuple[int, int, str]  # (interval start, interval end, version)
@@ -65,37 +66,65 @@ class SourceState:
     appended_under: dict[str, tuple[SegmentDescriptor, ...]] = field(default_factory=dict)  # replace lock -> appends
     committed_replaces: frozenset[str] = frozenset()
     waiters: list[Waiter] = field(default_factory=list)
+    # (start, end, version) of every chunk a REPLACE publish committed: appends committed later, at an
+    # older version inside one of these, are upgraded into it (the replace lock may be gone by then).
+    replace_chunks: frozenset[ChunkVersion] = frozenset()
+    # overwrite partition ids (Druid's numbered_overwrite, from 32768), never reused, apart from root ids
+    next_overwrite: dict[ChunkVersion, int] = field(default_factory=dict)
 
     def copy(self) -> SourceState:
         return SourceState(
             dict(self.locks), dict(self.holders), self.lock_seq, dict(self.segments), dict(self.next_partition),
             dict(self.allocations), self.metadata, dict(self.appended_under), self.committed_replaces,
-            list(self.waiters),
+            list(self.waiters), self.replace_chunks, dict(self.next_overwrite),
         )
 
     def persistent(self) -> tuple[Any, ...]:
         """Everything but the waiters, for comparing a replayed state with the live one."""
         return (self.locks, self.holders, self.lock_seq, self.segments, self.next_partition, self.allocations,
-                self.metadata, self.appended_under, self.committed_replaces)
+                self.metadata, self.appended_under, self.committed_replaces, self.replace_chunks,
+                self.next_overwrite)
 
     def locks_of(self, task_id: str) -> list[TaskLock]:
         return [self.locks[i] for i, tasks in self.holders.items() if task_id in tasks]
 
     def next_partition_id(self, interval: Interval, version: str) -> int:
-        """The next partition id of (interval, version) (does not reserve it: apply does)."""
+        """The next root partition id of (interval, version) (does not reserve it: apply does)."""
         return self.next_partition.get((interval.start, interval.end, version), 0)
 
+    def next_overwrite_id(self, interval: Interval, version: str) -> int:
+        """The next overwrite partition id of (interval, version), from Druid's 32768 (not reserved here)."""
+        return self.next_overwrite.get((interval.start, interval.end, version), OVERWRITE_PARTITION_START)
+
     def reserve(self, seg: SegmentDescriptor) -> None:
-        """Partition ids up to this segment's are used in its (interval, version), for good."""
+        """Partition ids up to this segment's are used in its (interval, version), for good (root and
+        overwrite ids counted apart)."""
         key = (seg.interval.start, seg.interval.end, seg.version)
-        self.next_partition[key] = max(self.next_partition.get(key, 0), seg.partition_id + 1)
+        if seg.partition_id >= OVERWRITE_PARTITION_START:
+            self.next_overwrite[key] = max(self.next_overwrite.get(key, OVERWRITE_PARTITION_START),
+                                           seg.partition_id + 1)
+        else:
+            self.next_partition[key] = max(self.next_partition.get(key, 0), seg.partition_id + 1)
 
 
 def allocation_key(sequence_name: str, previous: str | None, interval: Interval, skip_lineage: bool) -> AllocationKey:
     """Idempotency key: (sequenceName, previousSegmentId) or, skipping the lineage check, (sequenceName, interval)."""
     if skip_lineage:
         return ("interval", sequence_name, interval.iso())
-    return ("lineage", sequence_name, previous or "")
+    return ("lineage", sequence_name, previous or "")  # the interval is checked against the allocation found
+
+
+def replace_locks_used(task_locks: list[TaskLock], own: list[SegmentDescriptor]) -> list[TaskLock]:
+    """The task's live REPLACE locks a replace publish of ``own`` commits under: for each segment, the
+    covering lock of its version, else the narrowest covering one (a task may hold several)."""
+    used: dict[str, TaskLock] = {}
+    for seg in own:
+        covering = [lk for lk in task_locks if lk.lock_type == "replace" and not lk.revoked
+                    and lk.interval.contains(seg.interval) and seg.version <= lk.version]
+        if covering:
+            lock = min(covering, key=lambda lk: (lk.version != seg.version, lk.interval.duration, lk.lock_id))
+            used[lock.lock_id] = lock
+    return [lk for lk in task_locks if lk.lock_id in used]
 
 
 class LockboxState:
@@ -151,7 +180,13 @@ class LockboxState:
                 src.locks[lock.lock_id] = lock
                 src.lock_seq += 1
                 self.lock_source[lock.lock_id] = lock.data_source
-            src.holders[lock.lock_id] = src.holders.get(lock.lock_id, frozenset()) | {event.task_id}
+            holders = src.holders.get(lock.lock_id, frozenset()) | {event.task_id}
+            for absorbed in event.absorbed_lock_ids or ():  # the wider APPEND lock takes over their holders
+                if absorbed in src.locks and absorbed != lock.lock_id:
+                    holders |= src.holders.pop(absorbed, frozenset())
+                    del src.locks[absorbed]
+                    self.lock_source.pop(absorbed, None)
+            src.holders[lock.lock_id] = holders
             src.waiters = [w for w in src.waiters if w.request.request_id != event.request_id]
         elif isinstance(event, LockRevoked):
             for lock_id in event.lock_ids:
@@ -185,25 +220,33 @@ class LockboxState:
             self._apply_publish(event)
 
     def _apply_publish(self, event: PublishAccepted) -> None:
+        if event.already_published:
+            return  # a re-sent publish: answered, changes nothing
         info = self.tasks.get(event.task_id)
         ds = event.segments[0].data_source
         src = self.source(ds)
         upgraded = set(event.upgraded_segment_ids)
+        own = [s for s in event.segments if str(s.id) not in upgraded]
         task_locks = src.locks_of(event.task_id)
-        replace_locks = [lk for lk in task_locks if lk.lock_type == "replace" and not lk.revoked]
-        appends = [s for s in event.segments if str(s.id) not in upgraded
-                   and any(lk.lock_type == "append" and lk.interval.contains(s.interval) for lk in task_locks)]
+        kind = event.kind
+        if kind is None:  # a decision logged before publishes named their kind: infer it as that lockbox did
+            kind = "replace" if any(lk.lock_type == "replace" for lk in task_locks) else "append"
         for seg in event.segments:
             src.segments[seg.id] = seg
             src.reserve(seg)
         if event.end_metadata is not None:
-            src.metadata = event.end_metadata
-        # A replace commit upgraded what was appended under it; later appends get their copy at once.
-        for lock in replace_locks:
-            src.appended_under.pop(lock.lock_id, None)
-            src.committed_replaces |= {lock.lock_id}
+            src.metadata = plus(src.metadata, event.end_metadata)
+        if kind == "replace":
+            # The commit upgraded what was appended under its locks; later appends are upgraded at their commit.
+            for lock in replace_locks_used(task_locks, own):
+                src.appended_under.pop(lock.lock_id, None)
+                src.committed_replaces |= {lock.lock_id}
+            src.replace_chunks |= {(s.interval.start, s.interval.end, s.version) for s in own}
+            return
         group = info.group_id if info is not None else None
-        for seg in appends:
+        for seg in own:
+            if not any(lk.lock_type == "append" and lk.interval.contains(seg.interval) for lk in task_locks):
+                continue
             for lock in src.locks.values():
                 if (lock.lock_type == "replace" and not lock.revoked and lock.group_id != group
                         and lock.interval.contains(seg.interval) and lock.lock_id not in src.committed_replaces):

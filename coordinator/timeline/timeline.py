@@ -55,6 +55,7 @@ from sortedcontainers import SortedList
 from coordinator.timeline.chunk import ChunkResolution, ChunkStructure, chunk_structure, resolve_structure
 from coordinator.timeline.coverage import covers, subtract
 from coordinator.timeline.index import IntervalIndex
+from coordinator.timeline.overwrite import as_list_form
 from events.interval import Interval
 from events.segment import SegmentDescriptor, SegmentId
 from events.visibility import SegmentState
@@ -124,7 +125,7 @@ class _Chunk:
     def resolve(self) -> None:
         structure = self.structure
         if structure is None:
-            structure = self.structure = chunk_structure(self.members)
+            structure = self.structure = chunk_structure(as_list_form(self.members))
         self.resolution = resolve_structure(structure, self.online)
         visible = self.resolution.visible
         self.complete = bool(visible) and all(p in self.online for p in range(structure.core))

@@ -58,7 +58,11 @@ def cmd_task(args: argparse.Namespace) -> int:
             decision = client.start()
         elif args.action == "lock":
             parts = [int(p) for p in args.partition_ids.split(",")] if args.partition_ids else None
-            decision = client.lock(args.interval, args.lock_type, args.granularity, partition_ids=parts)
+            decision = client.lock(args.interval, args.lock_type, args.granularity, partition_ids=parts,
+                                   mode="try" if args.try_lock else None, timeout_ms=args.timeout_ms,
+                                   version=args.version)
+        elif args.action == "release":
+            decision = client.release(args.interval)
         elif args.action == "allocate":
             try:
                 timestamp = int(args.timestamp) if args.timestamp.isdigit() else parse_instant(args.timestamp)
@@ -69,7 +73,8 @@ def cmd_task(args: argparse.Namespace) -> int:
                                        lock_type=args.lock_type, skip_lineage_check=args.skip_lineage_check)
         elif args.action == "publish":
             decision = client.publish(segments, json_arg("--start-metadata", args.start_metadata),  # type: ignore[arg-type]
-                                      json_arg("--end-metadata", args.end_metadata))  # type: ignore[arg-type]
+                                      json_arg("--end-metadata", args.end_metadata),  # type: ignore[arg-type]
+                                      kind=args.kind)
         else:
             decision = client.finish(args.status)
     except RequestRefused as e:
@@ -93,6 +98,7 @@ TASK_ACTIONS = {
     "lock": "request a lock (waits through lock_waiting; exit 1 when denied)",
     "allocate": "allocate a segment id for a row (exit 1 when denied)",
     "publish": "publish segments (exit 1 when rejected)",
+    "release": "release the task's locks on one interval (exit 1 when it holds none)",
     "finish": "end the task and release its locks",
 }
 
@@ -115,6 +121,11 @@ def register(sub: Any) -> None:
             tp.add_argument("--lock-type", default="exclusive", choices=("exclusive", "shared", "append", "replace"))
             tp.add_argument("--granularity", default="timeChunk", choices=("timeChunk", "segment"))
             tp.add_argument("--partition-ids", metavar="0,1,...", help="partitions of a segment lock")
+            tp.add_argument("--try", dest="try_lock", action="store_true", help="denied at once if not free now")
+            tp.add_argument("--timeout-ms", type=int, help="deny if still waiting after this much event time")
+            tp.add_argument("--version", help="a segment lock's version or a timeChunk lock's preferred one")
+        elif name == "release":
+            tp.add_argument("--interval", required=True, metavar="START/END")
         elif name == "allocate":
             tp.add_argument("--timestamp", required=True, help="ISO-8601 instant or epoch milliseconds")
             tp.add_argument("--sequence-name", required=True)
@@ -130,5 +141,6 @@ def register(sub: Any) -> None:
                             help="a JSON list or JSON lines of descriptors; - = stdin")
             tp.add_argument("--start-metadata", metavar="JSON")
             tp.add_argument("--end-metadata", metavar="JSON")
+            tp.add_argument("--kind", choices=("insert", "append", "replace"), help="publish kind (default insert)")
         elif name == "finish":
             tp.add_argument("--status", default="success", choices=("success", "failed"))

@@ -89,7 +89,7 @@ from events.topics import LOCK_REQUESTS, Topics
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
 from streaming.service.state import AgentStateStore, StoreBatch
 
-FORMAT_VERSION = "lockbox-agent/2"
+FORMAT_VERSION = "lockbox-agent/3"  # 3: lockbox snapshot format 2 (replaceChunks, nextOverwrite)
 STORE_NAME = "lockbox"
 SNAPSHOT_KEY = b"snapshot"
 INPUT_PREFIX = b"in/"

@@ -50,13 +50,13 @@ class Script:
 
     def lock(self, task: str, interval: Interval = DAY, lock_type: str = "exclusive", granularity: str = "timeChunk",
              priority: int | None = None, partitions: tuple[int, ...] | None = None, rid: str | None = None,
-             at: int | None = None) -> Event:
+             at: int | None = None, **kw: Any) -> Event:
         rid = rid or f"r{self.seq + 1}"
         out = self.send(LockRequested(
             request_id=rid, task_id=task, group_id=self.groups.get(task, task), task_type=self.types.get(task, "index"),
             data_source=self.ds, interval=interval, granularity=granularity,  # type: ignore[arg-type]
             lock_type=lock_type, priority=priority, partition_ids=partitions,  # type: ignore[arg-type]
-        ), at)
+            **kw), at)
         answers = [e for e in out if getattr(e, "request_id", None) == rid and type(e).__name__ != "LockRevoked"]
         return answers[-1]
 
@@ -72,16 +72,17 @@ class Script:
         ), at)
         return [e for e in out if getattr(e, "request_id", None) == rid][-1]
 
-    def publish(self, task: str, *segments: SegmentDescriptor, start: Any = None, end: Any = None) -> Event:
+    def publish(self, task: str, *segments: SegmentDescriptor, start: Any = None, end: Any = None,
+                **kw: Any) -> Event:
         rid = f"p{self.seq + 1}"
         out = self.send(PublishRequested(request_id=rid, task_id=task, segments=segments, start_metadata=start,
-                                         end_metadata=end))
+                                         end_metadata=end, **kw))
         return out[-1]
 
     def finish(self, task: str, status: str = "success") -> list[Event]:
         return self.send(TaskFinished(task_id=task, status=status))  # type: ignore[arg-type]
 
 
-def seg(version: str, partition: int = 0, interval: Interval = DAY, data_source: str = "wiki",
+def seg(version: str, partition: int = 0, interval: Interval = DAY, data_source: str = "wiki", size: int = 1000,
         **kw: Any) -> SegmentDescriptor:
-    return SegmentDescriptor(data_source, interval, version, partition, 1000, **kw)
+    return SegmentDescriptor(data_source, interval, version, partition, size, **kw)

@@ -177,11 +177,11 @@ def test_lock_versions_follow_the_request_time_and_never_lose_to_existing_data()
     assert granted(s.lock("u")).lock.version == "2027-06-01T00:00:00.001Z"
 
 
-def test_append_locks_take_the_visible_version_and_segment_locks_their_segments_version() -> None:
+def test_append_locks_have_the_epoch_version_and_segment_locks_their_segments_version() -> None:
     s = Script()
     v = batch_published(s, partitions=2)
     s.start("stream", "index_kafka"), s.start("compact", "compact")
-    assert granted(s.lock("stream", lock_type="append")).lock.version == v
+    assert granted(s.lock("stream", lock_type="append")).lock.version == "1970-01-01T00:00:00.000Z"
     s.finish("stream")  # a timeChunk append lock and a segment lock on the chunk do conflict
     assert granted(s.lock("compact", granularity="segment", partitions=(0, 1))).lock.version == v
 
@@ -227,17 +227,20 @@ def test_append_plus_compaction_with_segment_locks_has_no_contention_and_survive
     assert isinstance(out1, SegmentAllocated) and isinstance(app, SegmentAllocated)
     assert out1.segment.version == app.segment.version == v
     assert out1.segment.overshadowed_segments == (0, 1) and app.segment.overshadowed_segments == ()
-    assert (out1.segment.partition_id, app.segment.partition_id) == (2, 3)
+    assert (out1.segment.partition_id, app.segment.partition_id) == (32768, 2)  # Druid's overwrite ids
+    assert out1.segment.shard_spec == {"type": "numbered_overwrite", "partitionId": 32768, "startRootPartitionId": 0,
+                                       "endRootPartitionId": 2, "minorVersion": 1, "atomicUpdateGroupSize": 1}
     # restart: a lockbox rebuilt from the decision log decides the same from here on
     rebuilt = Lockbox.replay(s.log)
     assert rebuilt.persistent() == s.box.persistent()
     s.box = rebuilt
     out2 = s.allocate("compact", sequence="c", previous=out1.segment_id)
-    assert isinstance(out2, SegmentAllocated) and out2.segment.atomic_update_group == (2, 4)
-    assert out1.segment.atomic_update_group == (2,)  # provisional: the second output was not known yet
+    assert isinstance(out2, SegmentAllocated) and out2.segment.atomic_update_group == (32768, 32769)
+    assert out1.segment.atomic_update_group == (32768,)  # provisional: the second output was not known yet
     done = s.publish("compact", out1.segment, out2.segment)
     assert isinstance(done, PublishAccepted)
-    assert [(x.overshadowed_segments, x.atomic_update_group) for x in done.segments] == [((0, 1), (2, 4))] * 2
+    assert [(x.overshadowed_segments, x.atomic_update_group) for x in done.segments] == [((0, 1), (32768, 32769))] * 2
+    assert [x.overwrite_spec for x in done.segments] == [(0, 2, 1, 2)] * 2  # Druid's form, in agreement
     assert isinstance(s.publish("kafka", app.segment), PublishAccepted)
 
 
@@ -257,10 +260,10 @@ def test_stream_offsets_compare_and_swap() -> None:
     s = Script()
     s.start("k", "index_kafka")
     v = granted(s.lock("k", lock_type="append")).lock.version
-    assert isinstance(s.publish("k", seg(v, 0), start={"p0": 0}, end={"p0": 100}), PublishAccepted)
-    bad = s.publish("k", seg(v, 1), start={"p0": 0}, end={"p0": 200})
+    assert isinstance(s.publish("k", seg(v, 0), start={"p0": 0}, end={"p0": 100}, kind="append"), PublishAccepted)
+    bad = s.publish("k", seg(v, 1), start={"p0": 0}, end={"p0": 200}, kind="append")
     assert isinstance(bad, PublishRejected) and "does not match" in bad.reason
-    assert isinstance(s.publish("k", seg(v, 1), start={"p0": 100}, end={"p0": 200}), PublishAccepted)
+    assert isinstance(s.publish("k", seg(v, 1), start={"p0": 100}, end={"p0": 200}, kind="append"), PublishAccepted)
     assert s.box.sources["wiki"].metadata == {"p0": 200}
 
 
@@ -270,17 +273,19 @@ def test_replace_commit_upgrades_appends_and_later_appends_come_with_their_copy(
     s.start("append", "index_kafka"), s.start("replace", "compact")
     a = granted(s.lock("append", interval=HOUR, lock_type="append")).lock
     r = granted(s.lock("replace", interval=DAY, lock_type="replace")).lock
-    assert a.version == v1 and r.version > v1
+    assert a.version == "1970-01-01T00:00:00.000Z" and r.version > v1
     early = seg(v1, 1, interval=HOUR)
-    assert isinstance(s.publish("append", early), PublishAccepted)
-    commit = s.publish("replace", seg(r.version, 0))
+    assert isinstance(s.publish("append", early, kind="append"), PublishAccepted)
+    commit = s.publish("replace", seg(r.version, 0), kind="replace")
     assert isinstance(commit, PublishAccepted)
     upgraded = [x for x in commit.segments if str(x.id) in commit.upgraded_segment_ids]
-    assert [(x.interval, x.version, x.partition_id) for x in upgraded] == [(HOUR, r.version, 0)]
+    # into the replace's version and the interval of its segment holding the append
+    assert [(x.interval, x.version, x.partition_id) for x in upgraded] == [(DAY, r.version, 1)]
+    assert commit.upgraded_from_segment_ids == (str(early.id),)
     late = seg(v1, 2, interval=HOUR)
-    after = s.publish("append", late)
+    after = s.publish("append", late, kind="append")
     assert isinstance(after, PublishAccepted)
-    assert [(x.version, x.partition_id) for x in after.segments] == [(v1, 2), (r.version, 1)]
+    assert [(x.interval, x.version, x.partition_id) for x in after.segments] == [(HOUR, v1, 2), (DAY, r.version, 2)]
 
 
 # -- task end, replay ----------------------------------------------------------------------------

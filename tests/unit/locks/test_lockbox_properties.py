@@ -56,10 +56,11 @@ def _live_conflicts(box: Lockbox) -> list[tuple[str, str]]:
     for src in box.sources.values():
         live = [lk for lk in src.locks.values() if not lk.revoked]
         for a, b in itertools.combinations(live, 2):
-            if (scopes_conflict(a.granularity, a.interval, a.partition_ids, b.granularity, b.interval,
-                                b.partition_ids)
+            if (a.group_id != b.group_id
+                    and scopes_conflict(a.granularity, a.interval, a.partition_ids, b.granularity, b.interval,
+                                        b.partition_ids)
                     and not types_compatible(a.lock_type, a.interval, b.lock_type, b.interval)):
-                bad.append((a.lock_id, b.lock_id))
+                bad.append((a.lock_id, b.lock_id))  # locks of one group are compatible (Druid's lock posse)
     return bad
 
 

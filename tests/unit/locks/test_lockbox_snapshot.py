@@ -36,6 +36,7 @@ from events import (
     Interval,
     LockDenied,
     LockGranted,
+    LockReleaseRequested,
     LockRequested,
     LockRevoked,
     LockWaiting,
@@ -59,11 +60,14 @@ TYPES = ["index_kafka", "index_parallel", "compact", "kill"]
 PRIORITIES = st.sampled_from([None, None, None, 10, 50, 90])
 
 start = st.tuples(st.just("start"), st.sampled_from(TASKS), st.sampled_from(TYPES),
-                  st.sampled_from(["g0", "g1", None]), PRIORITIES)
+                  st.sampled_from(["g0", "g1", None, None, None]), PRIORITIES)
 lock = st.tuples(st.just("lock"), st.sampled_from(TASKS), st.sampled_from(INTERVALS),
                  st.sampled_from(["timeChunk", "timeChunk", "segment"]),
                  st.sampled_from(["exclusive", "exclusive", "shared", "append", "replace"]),
-                 PRIORITIES, st.lists(st.integers(0, 3), min_size=1, max_size=2))
+                 PRIORITIES, st.lists(st.integers(0, 3), min_size=1, max_size=2),
+                 # mostly blocking; else mode try, or a blocking timeout (ms)
+                 st.sampled_from([None, None, None, None, None, "try", 3000, 60_000]))
+release = st.tuples(st.just("release"), st.sampled_from(TASKS), st.sampled_from(INTERVALS))
 alloc = st.tuples(st.just("alloc"), st.sampled_from(TASKS), st.sampled_from(INTERVALS),
                   st.sampled_from(["timeChunk", "timeChunk", "segment"]),
                   st.sampled_from(["exclusive", "append", "replace"]), st.sampled_from(["s0", "s1"]), st.booleans())
@@ -71,10 +75,10 @@ publish = st.tuples(st.just("publish"), st.sampled_from(TASKS), st.integers(0, 5
                     st.one_of(st.none(), st.integers(0, 3)))
 finish = st.tuples(st.just("finish"), st.sampled_from(TASKS), st.sampled_from(["success", "failed"]))
 resend = st.tuples(st.just("resend"), st.integers(0, 1000))
-steps = st.lists(st.one_of(lock, lock, lock, alloc, alloc, publish, publish, finish, finish, start, resend),
+steps = st.lists(st.one_of(lock, lock, lock, alloc, alloc, publish, publish, finish, finish, start, resend, release),
                  min_size=5, max_size=80)
 starts = st.tuples(*[st.tuples(st.just("start"), st.just(t), st.sampled_from(TYPES),
-                               st.sampled_from(["g0", "g1", None]), PRIORITIES) for t in TASKS])
+                               st.sampled_from(["g0", "g1", None, None, None]), PRIORITIES) for t in TASKS])
 
 EXAMPLES = int(os.environ.get("LOCKBOX_EXAMPLES", "300"))
 
@@ -85,6 +89,7 @@ def history(steps: list[tuple[Any, ...]]) -> list[Envelope[Event]]:
     out: list[Envelope[Event]] = []
     groups: dict[str, str] = {}
     allocations: dict[str, list[SegmentDescriptor]] = {}
+    alloc_types: dict[Any, str] = {}  # segment id -> the lock type it was allocated under
     for n, step in enumerate(steps):
         kind = step[0]
         task = step[1] if kind != "resend" else ""
@@ -95,8 +100,10 @@ def history(steps: list[tuple[Any, ...]]) -> list[Envelope[Event]]:
             event = TaskStarted(task_id=task, group_id=groups[task], task_type=step[2], data_source=ds,
                                 priority=step[4])
         elif kind == "lock":
-            _, _, interval, gran, ltype, prio, parts = step
+            _, _, interval, gran, ltype, prio, parts, wait = step
             event = LockRequested(request_id=f"r{n}", task_id=task, group_id=groups.get(task, task),
+                                  mode="try" if wait == "try" else None,
+                                  timeout_ms=wait if isinstance(wait, int) else None,
                                   task_type="index", data_source=ds, interval=interval, granularity=gran,
                                   lock_type=ltype, priority=prio, partition_ids=tuple(parts))
         elif kind == "alloc":
@@ -112,9 +119,14 @@ def history(steps: list[tuple[Any, ...]]) -> list[Envelope[Event]]:
                 continue  # mostly publish what was allocated; sometimes a segment no lock covers
             chosen = mine[step[2] % len(mine)] if mine else SegmentDescriptor(ds, INTERVALS[0], "v0", 0, 10)
             meta = step[3]
-            event = PublishRequested(request_id=f"p{n}", task_id=task, segments=(chosen,),
+            kinds = {"append": "append", "replace": "replace"}
+            matching = kinds.get(alloc_types.get(chosen.id, ""), "insert")
+            event = PublishRequested(request_id=f"p{n}", task_id=task, segments=(chosen,),  # mostly the right kind
+                                     kind=matching if step[2] % 5 else ("insert", "append", "replace")[step[2] % 3],
                                      start_metadata=None if meta is None or meta == 0 else {"offset": meta - 1},
                                      end_metadata=None if meta is None else {"offset": meta})
+        elif kind == "release":
+            event = LockReleaseRequested(request_id=f"l{n}", task_id=task, data_source=ds, interval=step[2])
         elif kind == "finish":
             event = TaskFinished(task_id=task, status=step[2])
         else:
@@ -127,6 +139,8 @@ def history(steps: list[tuple[Any, ...]]) -> list[Envelope[Event]]:
         for d in box.handle(env):
             if isinstance(d, SegmentAllocated):
                 allocations.setdefault(d.task_id, []).append(d.segment)
+                if isinstance(event, SegmentAllocationRequested):
+                    alloc_types[d.segment.id] = event.lock_type
     return out
 
 
@@ -157,7 +171,7 @@ def test_histories_reach_waiters_revocations_upgrades_and_metadata_at_cuts() -> 
     tails after them revoke, grant waiters and publish with metadata (upgrades: the scripted test below)."""
     seen: dict[str, int] = {}
 
-    @settings(max_examples=300, deadline=None, database=None, derandomize=True,
+    @settings(max_examples=600, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
     @given(starts, steps)
     def probe(started: tuple[Any, ...], rest: list[tuple[Any, ...]]) -> None:
@@ -217,11 +231,12 @@ def test_every_cut_of_an_append_replace_upgrade_history_agrees() -> None:
     s.start("append", "index_kafka"), s.start("replace", "compact")
     granted(s.lock("append", interval=HOUR, lock_type="append"))
     r = granted(s.lock("replace", interval=DAY, lock_type="replace")).lock
-    assert isinstance(s.publish("append", seg(v1, 1, interval=HOUR)), PublishAccepted)
+    assert isinstance(s.publish("append", seg(v1, 1, interval=HOUR), kind="append"), PublishAccepted)
     assert s.box.sources["wiki"].appended_under  # a cut here must keep the appends under the replace lock
-    commit = s.publish("replace", seg(r.version, 0))
+    commit = s.publish("replace", seg(r.version, 0), kind="replace")
     assert isinstance(commit, PublishAccepted) and commit.upgraded_segment_ids
-    after = s.publish("append", seg(v1, 2, interval=HOUR))
+    assert s.box.sources["wiki"].replace_chunks  # a cut here must keep the committed replace chunks
+    after = s.publish("append", seg(v1, 2, interval=HOUR), kind="append")
     assert isinstance(after, PublishAccepted) and len(after.segments) == 2
     s.finish("replace"), s.finish("append")
     assert_every_cut_agrees(s.box.requests)
@@ -283,8 +298,8 @@ def test_snapshot_bytes_are_json_and_other_layouts_are_refused() -> None:
     s.start("a")
     s.lock("a")
     obj = orjson.loads(encode_snapshot(s.box))
-    assert obj["version"] == 1 and obj["sources"][0][0] == "wiki"
-    with pytest.raises(SnapshotError, match="version 1"):
-        lockbox_from_json({**obj, "version": 2})
+    assert obj["version"] == 2 and obj["sources"][0][0] == "wiki"
+    with pytest.raises(SnapshotError, match="version 2"):
+        lockbox_from_json({**obj, "version": 1})
     with pytest.raises(SnapshotError):
         decode_snapshot(b"not json")

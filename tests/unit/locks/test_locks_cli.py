@@ -21,7 +21,9 @@ def test_replay_json(capsys: pytest.CaptureFixture[str]) -> None:
     ]
     kafka = out["decisions"][3]
     assert kafka["revokedLockIds"] == ["wiki#0"] and kafka["lockId"] == "wiki#1"
-    assert set(kafka) == {"requestId", "outcome", "lockId", "version", "revokedLockIds", "reason", "segmentId"}
+    assert set(kafka) == {"requestId", "outcome", "lockId", "version", "revokedLockIds", "reason", "segmentId",
+                          "absorbedLockIds", "releasedLockIds", "kind", "segmentIds", "upgradedSegmentIds",
+                          "alreadyPublished"}
     assert out["decisions"][1]["segmentId"].startswith("wiki_2026-01-01T00:00:00.000Z_2026-01-02")
     assert "revoked" in out["decisions"][4]["reason"]
     assert out["locks"] == [{
@@ -47,3 +49,22 @@ def test_bad_line_names_line_and_field(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["locks", "replay", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{path}:2: payload.lockType: must be one of" in err[0]
+
+
+APPEND_REPLACE = EXAMPLE.parent / "locks-append-replace.jsonl"
+
+
+def test_replay_shows_the_new_requests_and_outcomes(capsys: pytest.CaptureFixture[str]) -> None:
+    """Try-lock, publish kinds, a re-sent publish, replace upgrades, one lock released."""
+    assert main(["locks", "replay", str(APPEND_REPLACE), "--json"]) == 0
+    out = {d["requestId"]: d for d in orjson.loads(capsys.readouterr().out)["decisions"]}
+    assert out["compact-try"]["outcome"] == "denied" and "try-lock" in out["compact-try"]["reason"]
+    assert out["kafka-alloc"]["version"] == "1970-01-01T00:00:00.000Z"
+    assert (out["kafka-publish"]["outcome"], out["kafka-publish"]["kind"]) == ("accepted", "append")
+    assert out["kafka-publish-again"]["alreadyPublished"] is True
+    assert out["compact-publish"]["kind"] == "replace" and len(out["compact-publish"]["upgradedSegmentIds"]) == 1
+    assert len(out["kafka-publish-late"]["upgradedSegmentIds"]) == 1  # after the replace: into its version too
+    assert out["kafka-release"]["outcome"] == "released" and out["kafka-release"]["releasedLockIds"] == ["wiki#0"]
+    assert main(["locks", "replay", str(APPEND_REPLACE)]) == 0
+    text = capsys.readouterr().out
+    assert "kafka-release released" in text and "(already published)" in text
