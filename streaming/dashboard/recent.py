@@ -37,10 +37,10 @@ def entry_of(env: Envelope[Event]) -> dict[str, Any]:
     out: dict[str, Any] = {"at": int(env.occurred_at), "type": env.event_type}
     if isinstance(ev, LoadSegment):
         out.update(action="move in" if ev.move_id else "load", server=ev.server, segment=str(ev.segment.id),
-                   stage=ev.stage, reason=ev.reason)
+                   stage=ev.stage, purpose=ev.purpose, reason=ev.reason)
     elif isinstance(ev, DropSegment):
         out.update(action="move out" if ev.move_id else "drop", server=ev.server, segment=ev.segment_id,
-                   stage=ev.stage, reason=ev.reason)
+                   stage=ev.stage, purpose=ev.purpose, reason=ev.reason)
     elif isinstance(ev, CancelSegmentLoad):
         out.update(action="cancel", server=ev.server, segment=ev.segment_id, reason=ev.reason)
     elif isinstance(ev, SegmentVisibilityChanged):

@@ -19,11 +19,12 @@ def env(event: Event, n: int = 1) -> Envelope[Event]:
 
 
 def test_entries_name_the_action_server_segment_and_states() -> None:
-    load = entry_of(env(LoadSegment(command_id="c1", server="h1", segment=SEG, stage="assign", reason="first copy")))
+    load = entry_of(env(LoadSegment(command_id="c1", server="h1", segment=SEG, stage="assign", reason="first copy",
+                                    purpose="loading")))
     assert load == {"at": T0 + 1, "type": "load_segment", "action": "load", "server": "h1", "segment": str(SEG.id),
-                    "stage": "assign", "reason": "first copy"}
+                    "stage": "assign", "purpose": "loading", "reason": "first copy"}
     move = entry_of(env(DropSegment(command_id="c2", server="h2", segment_id=str(SEG.id), stage="balance",
-                                    reason="", move_id="c3")))
+                                    reason="", move_id="c3", purpose="balancing")))
     assert (move["action"], move["server"]) == ("move out", "h2")
     cancel = entry_of(env(CancelSegmentLoad(command_id="c4", server="h1", segment_id=str(SEG.id), reason="gone")))
     assert cancel["action"] == "cancel"
@@ -37,7 +38,7 @@ def test_feeds_keep_the_newest_and_answer_what_is_newer_than_a_sequence() -> Non
     recent = RecentEvents("127.0.0.1:1", topics, keep=3)  # never started: add() is what the thread calls
     for n in range(5):
         recent.add(topics.name(COMMANDS), encode(env(LoadSegment(command_id=f"c{n}", server="h1", segment=SEG,
-                                                                 stage="assign", reason=""), n)))
+                                                                 stage="assign", reason="", purpose="loading"), n)))
     recent.add(topics.name(TIMELINE), b"not json")
     doc = recent.since(0)
     assert doc["seq"] == 6 and [e["seq"] for e in doc["commands"]] == [3, 4, 5]

@@ -81,6 +81,7 @@ starts = st.tuples(*[st.tuples(st.just("start"), st.just(t), st.sampled_from(TYP
                                st.sampled_from(["g0", "g1", None, None, None]), PRIORITIES) for t in TASKS])
 
 EXAMPLES = int(os.environ.get("LOCKBOX_EXAMPLES", "300"))
+PROBE = int(os.environ.get("LOCKBOX_PROBE", "2000"))  # coverage probe: waiters get granted only now and then
 
 
 def history(steps: list[tuple[Any, ...]]) -> list[Envelope[Event]]:
@@ -171,7 +172,7 @@ def test_histories_reach_waiters_revocations_upgrades_and_metadata_at_cuts() -> 
     tails after them revoke, grant waiters and publish with metadata (upgrades: the scripted test below)."""
     seen: dict[str, int] = {}
 
-    @settings(max_examples=600, deadline=None, database=None, derandomize=True,
+    @settings(max_examples=PROBE, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
     @given(starts, steps)
     def probe(started: tuple[Any, ...], rest: list[tuple[Any, ...]]) -> None:

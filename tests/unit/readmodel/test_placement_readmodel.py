@@ -67,7 +67,8 @@ def test_drop_rules_take_segments_out_of_the_load_status() -> None:
 
 def test_servers_and_load_queue() -> None:
     log = cluster()
-    log(LoadSegment(server="h2", segment=seg(1), command_id="c-1", reason="r", stage="assign"), key="h2")
+    log(LoadSegment(server="h2", segment=seg(1), command_id="c-1", reason="r", stage="assign", purpose="loading"),
+        key="h2")
     log(ServerDecommissioned(server="c1"))
     rows = {s["name"]: s for s in placement.servers(log.p, {"h1": 5})}
     assert rows["h1"]["currSize"] == 200 and rows["h1"]["segments"] == 2 and rows["h1"]["lastHeard"] == 5
