@@ -38,10 +38,11 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from coordinator.placement.state import PlacementState
 from coordinator.timeline.timelines import Timelines
@@ -105,6 +106,21 @@ class Until:
                               f"(topics: {', '.join(ORDER)}): {e}") from None
 
 
+def _watermarks(consumer: Consumer, name: str, partition: int, patience_s: float = 30.0) -> tuple[int, int]:
+    """A partition's low and high offsets; a topic created a moment ago may have no leader yet: wait for one."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=10)
+            return int(low), int(high)
+        except KafkaException as e:
+            code = e.args[0].code() if e.args and isinstance(e.args[0], KafkaError) else None
+            if code not in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE) \
+                    or time.monotonic() > deadline:
+                raise ReplayError(f"cannot read the offsets of {name}[{partition}]: {e}") from None
+            time.sleep(0.2)
+
+
 def _all_records(consumer: Consumer, topics: Topics) -> list[list[LogRecord]]:
     """Every partition of every topic read to its end offset at the start of the read, in one assignment."""
     ends: dict[tuple[str, int], int] = {}
@@ -116,7 +132,7 @@ def _all_records(consumer: Consumer, topics: Topics) -> list[list[LogRecord]]:
         if meta is None or meta.error is not None:
             raise ReplayError(f"topic {name} does not exist (run `segcoord topics create`)")
         for p in sorted(meta.partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)
+            low, high = _watermarks(consumer, name, p)
             if high > low:
                 ends[(name, p)] = high
     queues: dict[tuple[str, int], list[LogRecord]] = {tp: [] for tp in ends}
@@ -171,6 +187,16 @@ def read_log(bootstrap: str, topics: Topics, until: Until | None = None) -> Iter
             heapq.heappush(heap, (nxt.timestamp, rank, partition, i, j + 1))
 
 
+@dataclass(frozen=True, slots=True)
+class JoinedServer:
+    """A server in the cluster now, as the placement fold has it."""
+
+    name: str
+    tier: str
+    segments: frozenset[str]
+    used_bytes: int
+
+
 @dataclass
 class LogFold:
     """The coordinator's state from the log: timeline, live locks, placement (the placement fold's state)."""
@@ -218,6 +244,18 @@ class LogFold:
         return changes
 
     # -- the placement, as the fold says ----------------------------------------------------
+    @property
+    def servers(self) -> dict[str, JoinedServer]:
+        """The servers in the cluster now (joined and not left), with what each announced: the watch's view
+        (a server that left keeps its holdings in the fold, as in the planner, but is not listed here)."""
+        st = self.placement
+        out = {}
+        for name, facts in st.servers.items():
+            if facts.joined:
+                out[name] = JoinedServer(name, facts.tier, frozenset(str(s) for s in st.held.get(name, ())),
+                                         self.used_bytes(name))
+        return out
+
     @property
     def server_names(self) -> list[str]:
         """Servers the fold knows (joined once) or that announced something without joining, by name."""
