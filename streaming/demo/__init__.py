@@ -23,6 +23,7 @@ shown live; at the end ``segcoord audit`` runs over the whole log and the report
 from __future__ import annotations
 
 import gc
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -84,6 +85,7 @@ class Demo:
         self.watch = Watch(self.bootstrap, self.topics, "wikipedia")
         self.operator = Operator(self.bootstrap, self.topics)
         self.service: Child | None = None
+        self.http = ""  # the service's HTTP address (dashboard, API), once started
         self.ingestion: Ingestion | None = None
         self._next_sample = 0.0
 
@@ -141,8 +143,11 @@ class Demo:
         tiers = {"hot-1": "hot", "hot-2": "hot", "default-1": "_default_tier", "default-2": "_default_tier"}
 
         step = self.begin("starting segcoord run (Spark balancer) and 4 historicals on tiers hot, _default_tier")
+        self.http = f"127.0.0.1:{_free_port()}"
         self.service = self.procs.service(self.home / "service" / self.topics.prefix.rstrip("."), "spark",
-                                          ["hot", "_default_tier"], plan_every=3)
+                                          ["hot", "_default_tier"], plan_every=3, http=self.http)
+        print(f"dashboard: http://{self.http}/  (Druid's API under /druid/coordinator/v1/, metrics at /metrics)",
+              flush=True)
         for name, tier in tiers.items():
             self.procs.historical(name, tier, MAX_SIZE, self.plan.load_ms)
         self.until("the 4 historicals to join", lambda: len(self.watch.fold.servers) == 4)
@@ -229,6 +234,12 @@ class Demo:
             self.procs.stop_all()
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def run_demo(*, bootstrap: str | None, home: Path, out: Path, quick: bool = False, keep: bool = False,
              live: bool | None = None) -> int:
     """Run the demo; 0 when every step reached its outcome and the audit is clean."""
@@ -279,6 +290,7 @@ def run_demo(*, bootstrap: str | None, home: Path, out: Path, quick: bool = Fals
     print(f"report: {page}")
     if keep:
         running = ", ".join(f"{c.name} (pid {c.proc.pid})" for c in demo.procs.children.values() if c.alive())
+        print(f"--keep: the dashboard stays at http://{demo.http}/")
         print(f"--keep: still running on broker {bootstrap} (topics {topics.prefix}*, logs in {out / 'logs'}): "
               f"{running}. Stop them with kill PID (SIGTERM) and the broker with "
               f"`segcoord kafka stop --home {demo_home}`")

@@ -69,9 +69,12 @@ class Processes:
         self.children[name] = child
         return child
 
-    def service(self, state_dir: Path, balancer: str, tiers: list[str], plan_every: float) -> Child:
+    def service(self, state_dir: Path, balancer: str, tiers: list[str], plan_every: float,
+                http: str | None = None) -> Child:
         args = ["run", "--bootstrap", self.bootstrap, "--topic-prefix", self.topics.prefix,
                 "--state-dir", str(state_dir), "--balancer", balancer, "--plan-every", str(plan_every)]
+        if http is not None:
+            args += ["--http", http]
         if balancer == "spark":
             for tier in tiers:
                 args += ["--balancer-tier", tier]
