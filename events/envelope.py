@@ -1,4 +1,4 @@
-"""The event envelope of DESIGN.md and the codec of whole messages (orjson, UTF-8).
+"""The event envelope (docs/architecture.md) and the codec of whole messages (orjson, UTF-8).
 
 Wire form::
 

@@ -1,4 +1,4 @@
-"""The partition key DESIGN.md assigns each event, where the event itself determines it.
+"""The partition key each event gets (docs/architecture.md), where the event itself determines it.
 
 ``segments``, ``timeline``, ``locks`` and ``lock-requests`` are keyed by data source,
 ``commands`` by server, ``cluster`` by server name, ``rules/<dataSource>`` or ``config``.

@@ -1,4 +1,4 @@
-"""Creating DESIGN.md's topics on a broker (idempotent)."""
+"""Creating the topics of events/topics.py on a broker (idempotent)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ SIGKILL right after batch N's commands are flushed and before Spark commits it: 
 worst moment for duplicates.
 
 Submit to a cluster unchanged: ``spark-submit --jars <the four Kafka jars> streaming/balancer/job.py
---bootstrap HOST:PORT --checkpoint DIR`` (see the README, "Spark balancer").
+--bootstrap HOST:PORT --checkpoint DIR`` (see docs/spark-balancer.md).
 """
 
 from __future__ import annotations

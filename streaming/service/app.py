@@ -32,7 +32,7 @@ at once instead of waiting for the dead member's session to expire); no web
 server. The agent body takes batches (``take_events``) so one flush and one
 write batch cover many records. If the agent raises, the process exits with
 status 70 at once: the store is at its last whole batch, and a restart resumes
-from there (DESIGN.md: a crash at any point then restart equals full replay).
+from there (docs/architecture.md: a crash at any point then restart equals full replay).
 
 Dependency: the project's producers compress with lz4, and aiokafka (Faust's
 client) decodes lz4 only with ``cramjam`` installed (``aiokafka[lz4]``);

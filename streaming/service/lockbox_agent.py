@@ -5,7 +5,7 @@ It is transport-free like :mod:`streaming.service.timeline_agent`:
 partitions, each in offset order) and a sink; the Faust worker of
 :mod:`streaming.service.app` feeds it.
 
-Per batch, in this order (the exactly-once effect of DESIGN.md):
+Per batch, in this order (its exactly-once effect, docs/architecture.md):
 
 1. each record below the stored next offset of its partition is skipped
    (already applied); undecodable or invalid records (bad JSON, bad fields, an

@@ -1,7 +1,7 @@
 """The facts the timeline agent stores, and the bridge between them and the pure :class:`Timelines`.
 
 A segment's states are a pure function of the used segments and the online
-map (DESIGN.md), so the agent stores exactly those facts per known segment:
+map (docs/timeline.md), so the agent stores exactly those facts per known segment:
 its descriptor (the one the timeline holds: a published descriptor wins over an
 announced one), whether it is used, and the servers announcing it; plus its
 current state, and every segment id text the fold has learned (the fold
