@@ -447,7 +447,7 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             if pause > 0:
                 time.sleep(pause)
         producer.flush()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 60 + preload / 1000  # a full run at 1M segments takes about a minute
         while any(k not in hist.loads_read for k in sent_at) and time.monotonic() < deadline:
             time.sleep(0.1)
         published = published_at(bootstrap, topics, ds)
