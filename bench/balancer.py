@@ -1,44 +1,128 @@
-"""Benchmark: the Spark balancer's micro-batches against the pure planner's balancing stage, same placement.
+"""Benchmark: the Spark balancer's micro-batches and the planner's balancing run, each against its O(cluster) baseline.
 
-100 servers (95 holding 100k hourly segments of 20 data sources at random, 5 new and
-empty), one replica, Druid's defaults (smart segment loading: up to 1000 moves per run,
-unlimited queues). In the same run:
+**Balancing run** (no Spark; ``--balancing-sizes``, default 100k and 1M hourly segments, one replica, 20 servers of
+which 2 are new and empty, ``maxSegmentsToMove`` 100): :func:`coordinator.planner.planner.balance_state` on a live
+placement state whose cost caches are warm (as the planner agent and the Spark job keep them), against the same run
+with the candidate selection it replaced (list every used segment of the tier with an active holder, sort, permute
+them all: ``_ListingRun`` below), measured next on the same state (the first run's moves queued; two servers empty
+enough that both runs make their 100 moves).
 
-- **pure**: :func:`coordinator.planner.planner.balance_tier` on the frozen placement, as
-  the planner runs it every coordinator period (its cost caches built from scratch);
-- **spark**: the job on a real local broker and local Spark; the placement arrives as
-  events, an in-process executor answers the commands (announce / unannounce) so every
-  batch after the first is a rolling update. Reported per micro-batch: Spark's trigger
-  time (``triggerExecution``), the Python time inside the stateful processor, moves.
+**Spark** (``--spark-sizes``, default 10k and 100k segments on 20 servers, one new and empty): the job on a real
+local broker and local Spark, the placement arriving as events. After the first batch (every record of the cluster
+into the state) the benchmark sends steps of 100 records (50 segments each unannounced by one server and announced
+by another, as a historical restart would) and an in-process executor answers the job's moves; reported per size:
+the first batch, the median trigger time and the median time inside the stateful processor of the triggered batches
+that held a step, and moves/s. Baseline in the same run: the pure planner's balancing stage on the same placement
+as a snapshot (:func:`coordinator.planner.planner.balance_tier`: state and cost caches built per run, what every
+batch cost before rolling state), and the ratio of the sizes.
 
-Run: ``.venv/bin/python -m bench.balancer`` (``--quick``: 20 servers, 10k segments).
+Run: ``.venv/bin/python -m bench.balancer`` (``--quick``: 10k/100k balancing, 2k/10k Spark, fewer steps).
 Uses the broker named by ``SEGCOORD_BOOTSTRAP``, else starts a local one in a temp dir.
 """
 
 from __future__ import annotations
 
+import argparse
+import gc
 import os
+import random
 import statistics
-import sys
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import orjson
 
+from coordinator.placement.records import ServerFacts
+from coordinator.placement.state import PlacementState
 from coordinator.planner.cluster import ClusterView, Server, ServerState
-from coordinator.planner.planner import balance_tier
+from coordinator.planner.planner import _ID, _Run, balance_state, balance_tier
 from coordinator.rules.dynamic_config import DynamicConfig
 from coordinator.rules.ruleset import RuleSet
-from events import Topics
+from events import Envelope, Interval, SegmentDescriptor, Topics
+from events.registry import Event
+from events.schema import Instant
+from events.segment import SegmentId
+from events.segments import SegmentAnnounced, SegmentUnannounced
 from events.topics import COMMANDS
 from streaming.admin import create_topics
 from streaming.balancer import job
 from streaming.consumer import EventConsumer
 from streaming.producer import EventProducer
-from tests.unit.balancer.balancer_events import TIER, ClusterSpec, Executor
+from tests.unit.balancer.balancer_events import T0, TIER, ClusterSpec, Executor, H
+
+STEP = 100  # records per step after the first batch
+REPEATS = 3  # indexed balancing runs per size (the median is reported)
+CONFIG = {"smartSegmentLoading": False, "maxSegmentsToMove": 100, "maxSegmentsInNodeLoadingQueue": 0}
+
+
+class _ListingRun(_Run):
+    """The candidate selection before the fold's index: every used segment of the tier with an active holder,
+    listed and sorted at the start of the run, then a full permutation of them (O(cluster) per run)."""
+
+    def balance_candidates(self, tier: str) -> Sequence[SegmentId]:
+        cached = self._listed.get(tier) if hasattr(self, "_listed") else None
+        if cached is not None:
+            return cached
+        out = [sid for sid in sorted(self.p.used, key=_ID) if self.movable(sid, tier) and any(
+            self.p.tier_of[n] == tier and n not in self.p.decommissioning for n in self.p.holders.get(sid, ()))]
+        np.random.default_rng(0).permutation(len(out))  # what ordering them all cost
+        self._listed = {**getattr(self, "_listed", {}), tier: out}
+        return out
+
+
+def balancing_state(n_segments: int, n_servers: int = 20, new: int = 2) -> PlacementState:
+    st = PlacementState()
+    names = [f"h{i:03d}" for i in range(n_servers)]
+    for name in names:
+        st.set_server(name, ServerFacts(TIER, 1 << 50))
+    per_source = n_segments // 10
+    k = 0
+    for d in range(10):
+        for h in range(per_source):
+            seg = SegmentDescriptor(f"ds{d}", Interval(T0 + h * H, T0 + (h + 1) * H), "v1", 0, 1 << 20)
+            st.learn(seg, True)
+            st.hold(names[k % (n_servers - new)], seg.id, True)
+            k += 1
+    st.set_rules("_default", [{"type": "loadForever", "tieredReplicants": {TIER: 1}}], "rules")
+    st.set_config(CONFIG)
+    st.touched_segments, st.dirty = set(), set()
+    return st
+
+
+def balancing(n_segments: int) -> None:
+    st = balancing_state(n_segments)
+    t0 = time.perf_counter()
+    for name in sorted(st.tier_of):
+        st.cache(name)
+    warm = time.perf_counter() - t0
+    now = T0
+    times = []
+    for r in range(REPEATS):  # successive runs (other seeds) on the state the previous ones left: the median
+        gc.collect()  # the build's garbage is not the run's (a long-running service collected it long ago)
+        t0 = time.perf_counter()
+        new = balance_state(st, TIER, now=now, run=1 + r)
+        times.append(time.perf_counter() - t0)
+    new_s = statistics.median(times)
+    gc.collect()
+    run = _ListingRun(st, now=now, run=1 + REPEATS, start=now, compute_cost=False, only_tier=TIER, scope=set(),
+                      mark_overshadowed=False)
+    t0 = time.perf_counter()
+    run.balance(7, run.shares["balancing"], True, record=True)
+    run.balance_blocked(10)
+    run.balance(11, None, False, record=False)
+    old_s = time.perf_counter() - t0
+    moves = sum(1 for c in new.commands if c.type == "move")
+    old_moves = sum(1 for c in run.commands if c.type == "move")
+    print(f"balancing run, {n_segments:>9,} segments on 20 servers (caches built once: {warm:.1f} s): "
+          f"{moves} moves in {new_s * 1e3:,.0f} ms (median of {REPEATS}; {moves / new_s:,.0f} moves/s); "
+          f"listing baseline "
+          f"{old_moves} moves in {old_s * 1e3:,.0f} ms; baseline / indexed = {old_s / new_s:,.1f}x", flush=True)
 
 
 def pure(spec: ClusterSpec) -> tuple[float, int]:
@@ -56,9 +140,24 @@ def pure(spec: ClusterSpec) -> tuple[float, int]:
     return time.perf_counter() - t0, len(result.commands)
 
 
-def spark_batches(spec: ClusterSpec, bootstrap: str, batches: int, work: Path) -> list[dict[str, float]]:
-    from streaming.spark import local_spark
+def _relocations(executor: Executor, rng: random.Random, lock: threading.Lock, step: int) -> list[Envelope[Event]]:
+    """STEP records: STEP / 2 segments each unannounced by one old server and announced by another."""
+    out: list[Envelope[Event]] = []
+    with lock:
+        names = sorted(n for n, held in executor.held.items() if held)
+        for i in range(STEP // 2):
+            a, b = rng.sample(names, 2)
+            text = rng.choice(sorted(executor.held[a]))
+            seg = executor.held[a].pop(text)
+            executor.held[b][text] = seg
+            at = Instant(T0 + 1_000_000 + step)
+            out.append(Envelope(SegmentUnannounced(server=a, segment_id=text), f"r{step}-{i}-u", at, seg.data_source))
+            out.append(Envelope(SegmentAnnounced(server=b, segment=seg), f"r{step}-{i}-a", at, seg.data_source))
+    return out
 
+
+def spark_batches(spec: ClusterSpec, bootstrap: str, steps: int, work: Path, spark: Any) -> list[dict[str, float]]:
+    """The first batch, then one row per step (the triggered batch that folded the step's records)."""
     topics = Topics(f"bench{uuid.uuid4().hex[:8]}.")
     create_topics(bootstrap, topics, partitions=1)
     producer = EventProducer(bootstrap, topics)
@@ -66,6 +165,7 @@ def spark_batches(spec: ClusterSpec, bootstrap: str, batches: int, work: Path) -
         producer.send(env)
     producer.flush()
     executor = Executor.of(spec.placement())
+    lock = threading.Lock()
     stop = threading.Event()
 
     def answer_loop() -> None:
@@ -73,7 +173,10 @@ def spark_batches(spec: ClusterSpec, bootstrap: str, batches: int, work: Path) -
         out = EventProducer(bootstrap, topics)
         try:
             while not stop.is_set():
-                for env in executor.answer([r.envelope for r in consumer.poll(timeout=0.2)]):
+                records = consumer.poll(timeout=0.2)
+                with lock:
+                    answers = executor.answer([r.envelope for r in records])
+                for env in answers:
                     out.send(env)
                 out.flush()
         finally:
@@ -82,47 +185,82 @@ def spark_batches(spec: ClusterSpec, bootstrap: str, batches: int, work: Path) -
 
     thread = threading.Thread(target=answer_loop, daemon=True)
     thread.start()
-    spark = local_spark("segcoord-bench-balancer")
-    metrics = work / "metrics.jsonl"
-    query = job.start(spark, bootstrap, topics, work / "ck", trigger_seconds=0.5, metrics_path=metrics)
+    metrics = work / f"metrics-{topics.prefix}jsonl"
+    query = job.start(spark, bootstrap, topics, work / f"ck-{topics.prefix}", trigger_seconds=0.5,
+                      metrics_path=metrics)
     rows: list[dict[str, float]] = []
-    seen: set[int] = set()
+    rng = random.Random(11)
     try:
         deadline = time.monotonic() + 1800
-        while len(rows) < batches and time.monotonic() < deadline and query.exception() is None:
-            time.sleep(0.5)
-            progress = query.lastProgress
-            if not progress or progress["batchId"] in seen or not metrics.exists():
+        last = -1
+        while len(rows) < steps + 1 and time.monotonic() < deadline and query.exception() is None:
+            time.sleep(0.2)
+            if not metrics.exists():
                 continue
-            summaries = {s["batch"]: s for s in map(orjson.loads, metrics.read_bytes().splitlines())}
-            s = summaries.get(progress["batchId"])
-            if s is None or not s["triggered"]:
+            summaries = [orjson.loads(line) for line in metrics.read_bytes().splitlines()]
+            fresh = [x for x in summaries if x["batch"] > last and x["triggered"] and x["records"] >= STEP]
+            if not fresh:
                 continue
-            seen.add(progress["batchId"])
-            rows.append({"batch": progress["batchId"], "trigger_s": progress["durationMs"]["triggerExecution"] / 1000,
-                         "python_s": s["seconds"], "moves": s["moves"], "records": s["records"],
-                         "cache_hit": float(s["cacheHit"])})
-            print(f"  spark batch {rows[-1]['batch']}: {rows[-1]['trigger_s']:.2f} s (python {s['seconds']:.2f} s),"
-                  f" {s['records']} records, {s['moves']} moves, live placement {'hit' if s['cacheHit'] else 'miss'}",
+            s = fresh[0]
+            last = max(x["batch"] for x in summaries)
+            progress = None
+            wait_until = time.monotonic() + 120  # the summary is written inside the batch, its progress after it
+            while progress is None and time.monotonic() < wait_until and query.exception() is None:
+                progress = {p["batchId"]: p for p in query.recentProgress}.get(s["batch"])
+                time.sleep(0.05)
+            trigger = progress["durationMs"]["triggerExecution"] / 1000 if progress else float("nan")
+            rows.append({"batch": s["batch"], "trigger_s": trigger, "python_s": s["seconds"], "moves": s["moves"],
+                         "records": s["records"], "cache_hit": float(s["cacheHit"])})
+            print(f"  batch {s['batch']}: {trigger:.2f} s (stateful processor {s['seconds']:.3f} s), "
+                  f"{s['records']} records, {s['moves']} moves, live placement {'hit' if s['cacheHit'] else 'miss'}",
                   flush=True)
+            for env in _relocations(executor, rng, lock, len(rows)):
+                producer.send(env)
+            producer.flush()
     finally:
         query.stop()
         stop.set()
         thread.join(30)
-        spark.stop()
     return rows
 
 
+def spark_size(n_segments: int, bootstrap: str, steps: int, work: Path, spark: Any) -> dict[str, float]:
+    spec = ClusterSpec(servers=19, new_servers=1, data_sources=20, hours=n_segments // 20,
+                       config={**CONFIG, "maxSegmentsToMove": 10})
+    pure_s, pure_moves = pure(spec)
+    print(f"spark, {n_segments:,} segments on 20 servers; baseline: the pure balancing stage on a snapshot "
+          f"(state and caches built per run) {pure_s:.2f} s, {pure_moves} moves", flush=True)
+    rows = spark_batches(spec, bootstrap, steps, work, spark)
+    if len(rows) < 2:
+        raise SystemExit("spark: too few batches finished")
+    first, rest = rows[0], rows[1:]
+    out = {"first_s": first["trigger_s"], "trigger_s": statistics.median(r["trigger_s"] for r in rest),
+           "python_s": statistics.median(r["python_s"] for r in rest),
+           "records": statistics.median(r["records"] for r in rest),
+           "moves": statistics.median(r["moves"] for r in rest), "pure_s": pure_s}
+    print(f"  first batch ({int(first['records'])} records into state): {first['trigger_s']:.2f} s; steady batches "
+          f"(median of {len(rest)}, {out['records']:.0f} records): {out['trigger_s']:.2f} s per micro-batch, "
+          f"{out['python_s'] * 1e3:.0f} ms in the stateful processor, {out['moves']:.0f} moves, "
+          f"{out['moves'] / out['trigger_s']:.1f} moves/s; baseline / micro-batch = "
+          f"{pure_s / out['trigger_s']:.2f}", flush=True)
+    return out
+
+
 def main() -> None:
-    quick = "--quick" in sys.argv
-    servers, hours, batches = (20, 500, 4) if quick else (100, 5000, 6)
-    spec = ClusterSpec(servers=servers - servers // 20, new_servers=servers // 20, data_sources=20, hours=hours,
-                       config={})
-    n = spec.data_sources * spec.hours
-    print(f"balancer benchmark: {servers} servers, {n} segments, Druid's defaults (smart loading)")
-    seconds, pure_moves = pure(spec)
-    print(f"pure balance_tier (caches built per run): {seconds:.2f} s, {pure_moves} moves, "
-          f"{pure_moves / seconds:.0f} moves/s")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--balancing-sizes", default=None)
+    parser.add_argument("--spark-sizes", default=None)
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--no-spark", action="store_true")
+    args = parser.parse_args()
+    balancing_sizes = args.balancing_sizes or ("10000,100000" if args.quick else "100000,1000000")
+    spark_sizes = args.spark_sizes or ("2000,10000" if args.quick else "10000,100000")
+    steps = args.steps or (4 if args.quick else 8)
+    for n in (int(x) for x in balancing_sizes.split(",")):
+        balancing(n)
+    if args.no_spark:
+        return
     bootstrap = os.environ.get("SEGCOORD_BOOTSTRAP")
     with tempfile.TemporaryDirectory() as tmp:
         broker = None
@@ -131,24 +269,22 @@ def main() -> None:
 
             broker = LocalBroker(Path(tmp) / "kafka")
             bootstrap = broker.start()
+        from streaming.spark import local_spark
+
+        spark = local_spark("segcoord-bench-balancer")
         try:
-            rows = spark_batches(spec, bootstrap, batches, Path(tmp))
+            sizes = [int(x) for x in spark_sizes.split(",")]
+            results = [spark_size(n, bootstrap, steps, Path(tmp), spark) for n in sizes]
         finally:
+            spark.stop()
             if broker is not None:
                 broker.stop()
-    if not rows:
-        print("spark: no batch finished")
-        return
-    first, rest = rows[0], rows[1:] or rows[:1]
-    trigger = statistics.median(r["trigger_s"] for r in rest)
-    python = statistics.median(r["python_s"] for r in rest)
-    moves = statistics.median(r["moves"] for r in rest)
-    print(f"spark first batch (bootstrap: {int(first['records'])} records into state): {first['trigger_s']:.2f} s, "
-          f"{int(first['moves'])} moves")
-    print(f"spark rolling batches (median of {len(rest)}): {trigger:.2f} s per micro-batch "
-          f"({python:.2f} s in the stateful processor), {moves:.0f} moves, {moves / trigger:.0f} moves/s")
-    print(f"ratio spark rolling micro-batch / pure run latency: {trigger / seconds:.2f}; "
-          f"moves/s spark / pure: {(moves / trigger) / (pure_moves / seconds):.2f}")
+    small, big = results[0], results[-1]
+    print(f"spark steady micro-batch {sizes[-1]:,} / {sizes[0]:,} segments: "
+          f"{big['trigger_s'] / small['trigger_s']:.2f}x "
+          f"(stateful processor {big['python_s'] / small['python_s']:.2f}x)"
+          f"; first batch {big['first_s'] / small['first_s']:.1f}x; pure snapshot baseline "
+          f"{big['pure_s'] / small['pure_s']:.1f}x")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ adds the fold of events on top; this module knows nothing of events.
 - *holder*: loaded and not dropping (a move's source still holds: a move counts once);
 - *move source*: some queued move load of ``s`` names ``n`` as its ``source``;
 - *projected* (what ``n``'s cost cache holds): a holder that is not a move source,
-  or the queue item is a load.
+  or the queue item is a load;
+- *active holder*: a holder on a server that is not decommissioning (a balancing move can start from it).
 
 **Derived indexes** (every one a sum over pairs, so refreshing a pair keeps them exact):
 ``loaded[n]``, ``dropping[n]``, ``loading[n][s]`` (queued loads), ``queued[n][purpose]``,
@@ -25,11 +26,13 @@ adds the fold of events on top; this module knows nothing of events.
 ``holders[s]``, ``pending[s]`` (servers with a plain queued load), ``move_sources[s]``,
 ``loaded_in[s][tier]`` (holders per tier), ``pending_in[s][tier]``, and per tier the
 ``replica_loads`` in flight (plain queued loads of segments the tier already holds;
-the replication throttle counts them). A server's cost cache, once built, holds
-exactly its projected segments. ``used_index[data source]`` holds the used segments by
-interval, so marking overshadowed segments can look at the neighbourhood of what changed
-(``mark_pending``: every segment whose used flag or projection changed since the planner
-last marked) instead of every used segment.
+the replication throttle counts them), ``active_in[s][tier]`` (active holders per tier) and
+per tier the ``balanceable`` segments (those with an active holder there), kept in segment id
+order with O(log n) access by rank, so a balancing run samples its candidates without listing
+the tier. A server's cost cache, once built, holds exactly its projected segments.
+``used_index[data source]`` holds the used segments by interval, so marking overshadowed
+segments can look at the neighbourhood of what changed (``mark_pending``: every segment whose
+used flag or projection changed since the planner last marked) instead of every used segment.
 """
 
 from __future__ import annotations
@@ -38,7 +41,10 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Literal
+
+from sortedcontainers import SortedKeyList
 
 from coordinator.balancer.cost_cache import ServerCostCache
 from coordinator.placement.records import InFlight, ServerFacts
@@ -81,6 +87,7 @@ class _Derived:
     item: QueueItem | None
     item_id: str | None
     move_source: bool
+    draining: bool
 
     @property
     def dropping(self) -> bool:
@@ -97,6 +104,10 @@ class _Derived:
     @property
     def projected(self) -> bool:
         return (self.holder and not self.move_source) or self.loading
+
+    @property
+    def active_holder(self) -> bool:
+        return self.holder and not self.draining
 
 
 def command_id(*content: str) -> str:
@@ -154,6 +165,8 @@ class Projected:
         self.loaded_in: dict[SegmentId, Counter[str]] = {}
         self.pending_in: dict[SegmentId, Counter[str]] = {}
         self.replica_loads: Counter[str] = Counter()
+        self.active_in: dict[SegmentId, Counter[str]] = {}
+        self.balanceable: dict[str, Any] = {}  # tier -> SortedKeyList of segment ids (see the module docstring)
         self.caches: dict[str, ServerCostCache] = {}
         self.touched_segments: set[SegmentId] = set()  # every segment whose projection changed (callers drain it)
         # overshadowed marking: used segments by data source and interval, and the segments whose used flag or
@@ -262,8 +275,8 @@ class Projected:
             self.active[tier] += 1
         else:
             return
-        self.touched_segments.update(self.loaded[name])
-        self.touched_segments.update(self.loading[name])
+        for sid in sorted(self._server_pairs(name)):  # its holders stop (or start) being active ones
+            self._refresh(name, sid)
 
     def _server_pairs(self, name: str) -> set[SegmentId]:
         """Every segment a pair of this server can be derived for: held, queued, or named as a move source."""
@@ -443,7 +456,8 @@ class Projected:
         move_source = sourced is not None and sourced[sid] > 0
         if not loaded and item is None and not move_source:
             return None
-        return _Derived(tier, seg.size, loaded, item, None if best is None else best[1], move_source)
+        return _Derived(tier, seg.size, loaded, item, None if best is None else best[1], move_source,
+                        name in self.decommissioning)
 
     def _refresh(self, name: str, sid: SegmentId) -> None:
         """Re-derive one pair and move its contribution in every index (O(1); O(log n) in a built cache)."""
@@ -483,6 +497,19 @@ class Projected:
             _count(self.loaded_in, sid, tier, sign)
         if d.move_source:
             _toggle(self.move_sources.setdefault(sid, set()), name, sign)
+        if d.active_holder:
+            active = self.active_in.setdefault(sid, Counter())
+            active[tier] += sign
+            if sign > 0 and active[tier] == 1:
+                self.balanceable.setdefault(tier, SortedKeyList(key=_ID)).add(sid)
+            elif sign < 0 and not active[tier]:
+                del active[tier]
+                if not active:
+                    del self.active_in[sid]
+                ranked = self.balanceable[tier]
+                ranked.discard(sid)
+                if not ranked:
+                    del self.balanceable[tier]
         item = d.item
         if item is not None and item.action == "load":
             if sign > 0:
@@ -514,6 +541,9 @@ class Projected:
         if not pending or not pending[tier] or not self.is_replica(sid, tier):
             return 0
         return pending[tier]
+
+
+_ID = attrgetter("sort_key")
 
 
 def _toggle(members: set[str] | set[SegmentId], x: object, sign: int) -> None:
@@ -555,6 +585,8 @@ def snapshot(p: Projected) -> dict[str, object]:
         "holders": sets(p.holders), "pending": sets(p.pending), "move_sources": sets(p.move_sources),
         "loaded_in": counters(p.loaded_in), "pending_in": counters(p.pending_in),
         "replica_loads": {t: n for t, n in sorted(p.replica_loads.items()) if n},
+        "active_in": counters(p.active_in),
+        "balanceable": {t: [str(s) for s in ranked] for t, ranked in sorted(p.balanceable.items())},
         "caches": {n: sorted(str(s) for s in c.segment_ids()) for n, c in sorted(p.caches.items())},
         "projected": {n: [str(s) for s in p.projected_segments(n)] for n in sorted(p.caches)},
     }

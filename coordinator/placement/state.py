@@ -316,6 +316,15 @@ class PlacementState(Projected):
         self.enqueue(command_id("move-drop", cid), InFlight(source, "drop", sid, now, cid, None, purpose))
         return cid
 
+    def rename_move(self, move_id: str, load_id: str, drop_id: str) -> None:
+        """Give a move planned by :meth:`plan_load` the ids its sender sends it under (the load half's id is also
+        the move id). Nothing was sent under the old ids, so they are forgotten, not settled."""
+        for cid in self.of_move(move_id):
+            item = self._unindex(cid)
+            assert item is not None
+            self.dirty.add(("q", cid))
+            self.enqueue(load_id if item.action == "load" else drop_id, replace(item, move_id=load_id))
+
     def plan_drop(self, name: str, sid: SegmentId, now: int) -> str:
         cid = self.fresh_command_id("drop", name, str(sid))
         self.enqueue(cid, InFlight(name, "drop", sid, now, None, None, "unloading"))

@@ -45,7 +45,7 @@ import math
 import operator
 import zlib
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -154,7 +154,6 @@ class _Run:
         self._outside: dict[SegmentId, _Target] = {}  # targets of segments outside a run's scope, when needed
         self.satisfied: set[SegmentId] = set()
         self.deferred: set[SegmentId] = set()
-        self._candidates: dict[str, list[SegmentId]] = {}
         self._load_rule_order: list[SegmentId] | None = None
         self._match = self.rules.matcher(now)
         planned = state.used if scope is None else scope & state.used
@@ -359,23 +358,19 @@ class _Run:
                               purpose=purpose))
 
     # -- stages 7, 10, 11: balancing ------------------------------------------------------
-    def balance_candidates(self, tier: str) -> list[SegmentId]:
-        """Segments the tier should hold and an active server of it serves (computed once per run, seed 004)."""
-        cached = self._candidates.get(tier)
-        if cached is not None:
-            return cached
-        out = []
-        everything = self.targets.items() if self.scope is None else (
-            (sid, self.target_of(sid)) for sid in sorted(self.p.used, key=_ID))
-        for sid, target in everything:
-            if target.kind != "load" or target.replicants.get(tier, 0) <= 0:
-                continue
-            if any(self.p.tier_of[n] == tier and n not in self.p.decommissioning
-                   for n in self.p.holders.get(sid, ())):
-                out.append(sid)
-        out.sort(key=_ID)
-        self._candidates[tier] = out
-        return out
+    def balance_candidates(self, tier: str) -> Sequence[SegmentId]:
+        """The segments an active server of the tier holds, in id order with O(log n) access by rank (the fold
+        keeps this index). It is the same from the start of a run through stage 11 (holders change only by
+        stage 12's drops), so every balancing stage draws from the run's starting placement (seed 004)."""
+        ranked: Sequence[SegmentId] = self.p.balanceable.get(tier, ())
+        return ranked
+
+    def movable(self, sid: SegmentId, tier: str) -> bool:
+        """A drawn candidate is balanced when it is used and its rule wants copies in the tier."""
+        if sid not in self.p.used:
+            return False
+        target = self.target_of(sid)
+        return target.kind == "load" and target.replicants.get(tier, 0) > 0
 
     def try_move(self, sid: SegmentId, tier: str, stage: int, share: float | None, relative: bool) -> str:
         """'moved', 'stay' or 'full' (a cheaper server exists but its queue is full)."""
@@ -415,15 +410,16 @@ class _Run:
             if not candidates:
                 continue
             seed = zlib.crc32(f"{self.run_number}/{tier}/{stage}".encode())
-            order = np.random.default_rng(seed).permutation(len(candidates)).tolist()
             visited = self.visited.setdefault(tier, set())
             window: deque[bool] = deque(maxlen=100)
-            for i in order:
+            for i in _draws(np.random.default_rng(seed), len(candidates)):
                 if self.moves_made[tier] >= cap:
                     break
                 sid = candidates[i]
                 if sid in visited:
                     window.append(False)
+                elif not self.movable(sid, tier):
+                    continue  # not a candidate: its rule does not load it here (stage 12 drops it) or unused
                 else:
                     visited.add(sid)
                     outcome = self.try_move(sid, tier, stage, share, relative)
@@ -619,9 +615,6 @@ class _Run:
         if self.config.pause_coordination:
             return Plan((), (), {"coordination/paused": 1}, unknown)
         self.metrics_at_start()
-        if self.balancing:
-            for tier in sorted(p.tiers):
-                self.balance_candidates(tier)  # as of the start of the run (seed 004)
         cost_before = self.total_cost() if self.compute_cost else None
         self.cancel_on_decommissioning(0)                                           # 0
         loading = self.shares["loading"]
@@ -654,6 +647,22 @@ class _Run:
             metrics["balancer/cost/after"] = self.total_cost()
         metrics["decisions"] = len(self.commands) + len(self.unused)
         return Plan(tuple(self.commands), tuple(self.unused), metrics, unknown, frozenset(self.deferred))
+
+
+def _draws(rng: np.random.Generator, n: int) -> Iterator[int]:
+    """A uniformly random permutation of ``range(n)``, drawn lazily in O(1) per element (a sparse
+    Fisher-Yates shuffle): a balancing run that stops after a few hundred draws costs those draws, not ``n``.
+
+    >>> import numpy as np
+    >>> sorted(_draws(np.random.default_rng(7), 5))
+    [0, 1, 2, 3, 4]
+    """
+    moved: dict[int, int] = {}
+    for k in range(n):
+        j = k + int(rng.integers(n - k))
+        at_j = moved.get(j, j)
+        moved[j] = moved.pop(k, k)
+        yield at_j
 
 
 def _versions_overlap(segments: list[SegmentDescriptor]) -> bool:
@@ -718,14 +727,14 @@ def plan_state(state: PlacementState, now: int, run: int, start: int, compute_co
 def balance_tier(view: ClusterView, tier: str, caches: dict[str, ServerCostCache] | None = None,
                  compute_cost: bool = False) -> Plan:
     """Seed 004's balancing stages alone (7 within the balancing share, 10, then 11 with the full queue) for one
-    tier: the same code and the same seeded segment order as :func:`plan`, whose moves it returns for a view
-    in which no other stage has anything to do (every segment at its target replication, nothing to drain).
+    tier of a snapshot: :func:`balance_state` on the snapshot's placement, i.e. the same code and the same seeded
+    draws as :func:`plan`, whose moves it returns for a view in which no other stage has anything to do (every
+    segment at its target replication, nothing to drain).
 
     ``caches`` (optional, per server of the tier) lets a caller keep cost caches alive across runs: a cache
     given must hold the server's *projected* placement (loaded minus queued drops and move sources, plus
     queued loads); missing ones are built; on return the dict holds every server's cache *after* the moves
-    (the placement the next view will project, once the moves are queued in it). Metrics: the tier's
-    ``segment/moved/count``, its ``balancer/cost/before|after`` when ``compute_cost`` (O(n log n)).
+    (the placement the next view will project, once the moves are queued in it).
 
     >>> from coordinator.planner.cluster import Server, ServerState
     >>> from coordinator.rules.ruleset import RuleSet
@@ -739,27 +748,41 @@ def balance_tier(view: ClusterView, tier: str, caches: dict[str, ServerCostCache
     [('move', 'a', 'b'), ('move', 'a', 'b')]
     """
     state = view.placement()
-    run = _Run(state, now=view.now, run=view.run, start=view.coordinator_start, compute_cost=compute_cost,
-               only_tier=tier)
-    if view.config.pause_coordination:
-        return Plan((), (), {"coordination/paused": 1})
-    names = run.p.tiers.get(tier, [])
+    names = state.tiers.get(tier, [])
     if caches:
         state.caches.update((n, c) for n, c in caches.items() if n in names)
-    cost_before = run.tier_cost(tier) if compute_cost else None
-    run.balance_candidates(tier)  # as of the start of the run, as in plan()
-    run.balance(7, run.shares["balancing"], True, record=True)
-    run.balance_blocked(10)
-    run.balance(11, None, False, record=False)
-    metrics: dict[str, object] = {"segment/moved/count": {tier: run.moves_made[tier]}}
-    if cost_before is not None:
-        metrics["balancer/cost/before"] = cost_before
-        metrics["balancer/cost/after"] = run.tier_cost(tier)
+    out = balance_state(state, tier, now=view.now, run=view.run, start=view.coordinator_start,
+                        compute_cost=compute_cost)
     if caches is not None:
         caches.clear()
-        caches.update((n, run.p.cache(n)) for n in names)
-    metrics["decisions"] = len(run.commands)
-    return Plan(tuple(run.commands), (), metrics)
+        caches.update((n, state.cache(n)) for n in names)
+    return out
+
+
+def balance_state(state: PlacementState, tier: str, *, now: int, run: int, start: int | None = None,
+                  compute_cost: bool = False) -> Plan:
+    """The balancing stages (7, 10, 11) for one tier of a live placement state, which gets the moves folded in
+    (as :func:`plan_state` does). Cost: O(draws x servers x log n) with the fold's candidate index and cost
+    caches (built on first use, then kept current by the fold), never a pass over the tier's segments; a run
+    draws at most ``maxSegmentsToMove`` successes plus the failures the 80-of-100 window allows.
+
+    Metrics: the tier's ``segment/moved/count``, its ``balancer/cost/before|after`` when ``compute_cost``
+    (O(n log n)).
+    """
+    if state.config.pause_coordination:
+        return Plan((), (), {"coordination/paused": 1})
+    r = _Run(state, now=now, run=run, start=now if start is None else start, compute_cost=compute_cost,
+             only_tier=tier, scope=set(), mark_overshadowed=False)
+    cost_before = r.tier_cost(tier) if compute_cost else None
+    r.balance(7, r.shares["balancing"], True, record=True)
+    r.balance_blocked(10)
+    r.balance(11, None, False, record=False)
+    metrics: dict[str, object] = {"segment/moved/count": {tier: r.moves_made[tier]}}
+    if cost_before is not None:
+        metrics["balancer/cost/before"] = cost_before
+        metrics["balancer/cost/after"] = r.tier_cost(tier)
+    metrics["decisions"] = len(r.commands)
+    return Plan(tuple(r.commands), (), metrics)
 
 
 Planner = Callable[[ClusterView], Plan]

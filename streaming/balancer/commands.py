@@ -17,15 +17,13 @@ True
 
 from __future__ import annotations
 
+from coordinator.placement.state import PlacementState
 from coordinator.planner.planner import PlanCommand
 from events.commands import DropSegment, LoadSegment
 from events.envelope import Envelope
 from events.ids import derived_event_id
 from events.registry import Event
 from events.schema import Instant
-from events.segment import SegmentDescriptor
-from streaming.balancer.placement import TierPlacement
-from streaming.inflight import InFlight
 
 
 def move_ids(tier: str, run: int, index: int) -> tuple[str, str]:
@@ -34,23 +32,21 @@ def move_ids(tier: str, run: int, index: int) -> tuple[str, str]:
     return derived_event_id(salt, 0, run, 2 * index), derived_event_id(salt, 0, run, 2 * index + 1)
 
 
-def move_envelopes(placement: TierPlacement, moves: list[PlanCommand], run: int) -> list[Envelope[Event]]:
-    """The commands of a batch's moves, in move order; each is queued in ``placement`` (in flight at once)."""
+def move_envelopes(state: PlacementState, moves: list[PlanCommand], tier: str, run: int,
+                   now: int) -> list[Envelope[Event]]:
+    """The commands of a run's moves, in move order. The run folded each move into ``state`` under the planner's
+    id; it is renamed to the ids sent here, so reading the commands back changes nothing."""
     out: list[Envelope[Event]] = []
-    now = Instant(placement.now)
+    at = Instant(now)
     for index, cmd in enumerate(moves):
-        assert cmd.type == "move" and cmd.source is not None
-        seg: SegmentDescriptor = placement.segments[cmd.segment]
-        load_id, drop_id = move_ids(placement.tier, run, index)
+        assert cmd.type == "move" and cmd.source is not None and cmd.move_id is not None
+        seg = state.segments[cmd.segment]
+        load_id, drop_id = move_ids(tier, run, index)
+        state.rename_move(cmd.move_id, load_id, drop_id)
         stage, reason = str(cmd.stage), f"balancing: {cmd.reason}"
         out.append(Envelope(LoadSegment(command_id=load_id, server=cmd.server, segment=seg, stage=stage,
-                                        purpose="balancing", reason=reason, move_id=load_id),
-                            load_id, now, cmd.server))
+                                        purpose="balancing", reason=reason, move_id=load_id), load_id, at, cmd.server))
         out.append(Envelope(DropSegment(command_id=drop_id, server=cmd.source, segment_id=str(cmd.segment),
                                         stage=stage, purpose="balancing", reason=reason, move_id=load_id),
-                            drop_id, now, cmd.source))
-        placement.enqueue(load_id, InFlight(cmd.server, "load", cmd.segment, placement.now, load_id, cmd.source,
-                                            "balancing"))
-        placement.enqueue(drop_id, InFlight(cmd.source, "drop", cmd.segment, placement.now, load_id, None,
-                                            "balancing"))
+                            drop_id, at, cmd.source))
     return out

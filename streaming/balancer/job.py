@@ -1,14 +1,14 @@
 """The Spark Structured Streaming balancer: placement events in, move commands out, on Kafka.
 
-    segments + cluster + commands ──▶ (one row per configured tier) ──▶ groupBy(tier)
-      .transformWithStateInPandas(BalancerProcessor)  [RocksDB state: placement, queues]
+    segments + cluster + commands ──▶ groupBy(one key)
+      .transformWithStateInPandas(BalancerProcessor)  [RocksDB state: the placement codec's entries]
       ──▶ foreachBatch: LoadSegment / DropSegment on ``commands``
 
-Every input record is offered to every configured tier (``--tier``, default
-``_default_tier``): an announce names a server, not its tier, and the tier of a
-server is state (its ``ServerJoined``), so each tier's group keeps the facts of every
-server and the placement of its own. Rules, config and publishes reach every tier
-the same way.
+Every input record goes to the one group, which folds it with the core's placement
+fold and balances every configured tier (``--tier``, default ``_default_tier``) in
+turn: an announce names a server, not its tier, and the tier of a server is state
+(its ``ServerJoined``), so the records cannot be split by tier before the fold (see
+:mod:`streaming.balancer.placement`, "Keying").
 
 **Exactly-once effect: deterministic ids, idempotent consumers** (not a
 transactional producer). Command ids are a pure function of (tier, balancing run,
@@ -58,7 +58,7 @@ def start(spark: Any, bootstrap: str, topics: Topics, checkpoint: Path, *, tiers
     """Start the balancer query on ``spark``; returns the StreamingQuery."""
     from pyspark.sql import functions as F
 
-    from streaming.balancer.state import OUTPUT_SCHEMA, BalancerProcessor
+    from streaming.balancer.state import GROUP, OUTPUT_SCHEMA, BalancerProcessor
 
     source = (
         spark.readStream.format("kafka")
@@ -68,13 +68,13 @@ def start(spark: Any, bootstrap: str, topics: Topics, checkpoint: Path, *, tiers
         .load()
     )
     rows = source.select(
-        F.explode(F.array(*[F.lit(t) for t in sorted(set(tiers))])).alias("tier"),
+        F.lit(GROUP).alias("group"),
         "topic", "partition", "offset", F.col("value").cast("string").alias("value"),
     )
     scope = str(Path(checkpoint).resolve())
-    processor = BalancerProcessor(scope, compute_cost=compute_cost) if load_timeout_ms is None else \
-        BalancerProcessor(scope, load_timeout_ms, compute_cost)
-    out = rows.groupBy("tier").transformWithStateInPandas(
+    processor = BalancerProcessor(scope, tiers, compute_cost=compute_cost) if load_timeout_ms is None else \
+        BalancerProcessor(scope, tiers, load_timeout_ms, compute_cost)
+    out = rows.groupBy("group").transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="None")
     sink = CommandSink(bootstrap, topics, metrics_path)
     writer = out.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))

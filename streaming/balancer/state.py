@@ -1,39 +1,40 @@
-"""The balancer's Spark state: one group per tier, kept with ``transformWithStateInPandas`` in RocksDB.
+"""The balancer's Spark state: one group for the cluster, kept with ``transformWithStateInPandas`` in RocksDB.
 
 **Why transformWithStateInPandas** (not ``applyInPandasWithState``): its state is
 made of named variables with per-entry updates, so a micro-batch writes the entries
-it changed (an announce rewrites one segment's entry) instead of re-serializing the
-tier's whole placement into one ``GroupState`` value every batch. It needs protobuf
-and the RocksDB state store provider, which :func:`streaming.spark.local_spark` sets.
+it changed (an announce rewrites one ``held`` entry and its segment's entry) instead
+of re-serializing the whole placement into one ``GroupState`` value every batch. It
+needs protobuf and the RocksDB state store provider, which :func:`streaming.spark.local_spark` sets.
 
-State variables (all values JSON strings, see :mod:`streaming.balancer.placement`):
-``meta`` (value: version = the last batch id that changed it, event time, rules,
-config), ``segments``, ``servers``, ``queue``, ``answered`` (maps).
+State variables (see :mod:`streaming.balancer.placement`): the map ``placement``
+((family, key) -> the placement codec's value), the map ``answered`` (settled command
+ids, looked up, never iterated) and the value ``meta``. Each batch writes exactly what
+``codec.changed`` names.
 
-**The live placement.** Rebuilding a tier from the maps and its cost caches costs
-time proportional to the tier, so each Python worker keeps the last
-:class:`TierPlacement` of each (checkpoint, tier) in memory, tagged with the state
-version it reflects. A batch uses it only when that tag equals the stored ``meta`` version
-(same worker, previous batch committed); otherwise (a new worker, a restart from
-the checkpoint, a retried batch, the tier landing on another worker) it rebuilds
-from the maps. The live object is taken out of the cache while a batch runs and put
-back only when the batch succeeded, so a failed attempt never leaves a half-updated
-placement behind a valid tag.
+**The live placement.** Restoring the fold and its cost caches from the maps costs
+time proportional to the cluster, so each Python worker keeps the last
+:class:`BalancerPlacement` of each checkpoint in memory, tagged with the state version
+(batch id) it reflects. A batch uses it only when that tag equals the stored ``meta``
+version (same worker, previous batch committed); otherwise (a new worker, a restart
+from the checkpoint, a retried batch) it restores from the maps. The live object is
+taken out of the cache while a batch runs and put back only when the batch succeeded,
+so a failed attempt never leaves a half-updated placement behind a valid tag.
 
 **The batch id** comes from the task's local property ``streaming.sql.batchId``
 (Spark sets it for every micro-batch, including a re-execution after a restart); it
-tags the state version. The moves' seed and ids use the tier's balancing run number
+tags the state version. The moves' seed and ids use each tier's balancing run number
 instead (see :mod:`streaming.balancer.batch` for why).
 
 **Cost per batch.** Map state is reached through a socket to the JVM (measured here:
 about 15k entry updates and 25k iterated entries per second), so the first batch of
-a big tier (every announce is a write) and a cold rebuild are the slow ones; a rolling
-batch reads and writes only the entries of the records it folds.
+a big cluster (every announce is two writes) and a cold restore are the slow ones; a
+rolling batch looks up and writes only the entries of the records it folds and the
+moves it makes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -41,16 +42,17 @@ import pandas as pd
 from pyspark import TaskContext
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
 
+from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS
 from events.envelope import decode
 from events.schema import EventValidationError
 from streaming.balancer.batch import run_batch
-from streaming.balancer.placement import ANSWERED, QUEUE, SEGMENTS, SERVERS, TierPlacement
-from streaming.inflight import DEFAULT_LOAD_TIMEOUT_MS
+from streaming.balancer.placement import ANSWERED, META, PLACEMENT, BalancerPlacement, meta_version
 
 OUTPUT_SCHEMA = "tier string, seq long, kind string, key string, value string"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+GROUP = "cluster"  # the one group key (see streaming.balancer.placement, "Keying")
 
-_LIVE: dict[tuple[str, str], TierPlacement] = {}  # per Python worker: (scope, tier) -> placement after last batch
+_LIVE: dict[str, BalancerPlacement] = {}  # per Python worker: scope -> placement after the last batch
 
 
 def current_batch_id() -> int:
@@ -67,36 +69,34 @@ def topic_rank(topic: str) -> int:
 
 
 class BalancerProcessor(StatefulProcessor):
-    def __init__(self, scope: str, load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS, compute_cost: bool = False) -> None:
-        """``scope`` names the state (the checkpoint): two queries in one Spark never share live placements."""
+    def __init__(self, scope: str, tiers: Sequence[str], load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS,
+                 compute_cost: bool = False) -> None:
+        """``scope`` names the state (the checkpoint): two queries in one Spark never share live placements.
+        ``tiers``: the tiers to balance."""
         self.scope = scope
+        self.tiers = tuple(sorted(set(tiers)))
         self.load_timeout_ms = load_timeout_ms
         self.compute_cost = compute_cost
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.meta = handle.getValueState("meta", "json string")
-        self.maps = {name: handle.getMapState(name, "k string", "v string")
-                     for name in (SEGMENTS, SERVERS, QUEUE, ANSWERED)}
+        self.meta = handle.getValueState(META, "json string")
+        self.placement = handle.getMapState(PLACEMENT, "f string, k string", "v string")
+        self.answered = handle.getMapState(ANSWERED, "k string", "v string")
 
-    def _load(self, tier: str) -> tuple[TierPlacement, bool]:
+    def _answered(self, cid: str) -> bool:
+        return bool(self.answered.containsKey((cid,)))
+
+    def _load(self) -> tuple[BalancerPlacement, bool]:
         meta = self.meta.get()[0] if self.meta.exists() else None
-        stored = orjson.loads(meta)["version"] if meta is not None else -1
-        live = _LIVE.pop((self.scope, tier), None)
-        if live is not None and live.version == stored:
+        live = _LIVE.pop(self.scope, None)
+        if live is not None and live.version == meta_version(meta):
             return live, True
-
-        def entries(name: str) -> Iterator[tuple[str, str]]:
-            state = self.maps[name]
-            if not state.exists():
-                return iter(())
-            return ((k[0], v[0]) for k, v in state.iterator())
-
-        return TierPlacement.restore(tier, meta, entries(SEGMENTS), entries(SERVERS), entries(QUEUE),
-                                     self.load_timeout_ms), False
+        entries: Iterator[tuple[str, str, str]] = iter(()) if not self.placement.exists() else (
+            (k[0], k[1], v[0]) for k, v in self.placement.iterator())
+        return BalancerPlacement.restore(entries, meta, self.load_timeout_ms, self._answered), False
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-        tier = str(key[0])
         batch_id = current_batch_id()
         frames = [f for f in rows]
         table = pd.concat(frames) if frames else pd.DataFrame(columns=["topic", "partition", "offset", "value"])
@@ -108,20 +108,26 @@ class BalancerProcessor(StatefulProcessor):
                 envelopes.append(decode(value))
             except EventValidationError:
                 continue  # the agents dead-letter bad input; the balancer skips it
-        placement, hit = self._load(tier)
-        answered = self.maps[ANSWERED]
-        result = run_batch(placement, envelopes, batch_id, lambda cid: answered.containsKey((cid,)),
-                           cache_hit=hit, compute_cost=self.compute_cost)
-        for family, k, value in placement.take_dirty():
-            if value is None:
-                self.maps[family].removeKey((k,))
+        placement, hit = self._load()
+        result = run_batch(placement, envelopes, batch_id, self.tiers, self._answered, cache_hit=hit,
+                           compute_cost=self.compute_cost)
+        for family, k, value in placement.changed():
+            if family == META:
+                self.meta.update((value,))
+            elif family == ANSWERED:
+                self.answered.updateValue(k, ("",))
+            elif value is None:
+                self.placement.removeKey(k)
             else:
-                self.maps[family].updateValue((k,), (value,))
-        self.meta.update((placement.meta(),))
-        _LIVE[(self.scope, tier)] = placement
-        out = [(tier, i, "command", env.key, env_json) for i, (env, env_json) in
-               enumerate((e, orjson.dumps(e.to_json()).decode()) for e in result.commands)]
-        out.append((tier, len(out), "summary", tier, orjson.dumps(result.summary).decode()))
+                self.placement.updateValue(k, (value,))
+        _LIVE[self.scope] = placement
+        out: list[tuple[str, int, str, str, str]] = []
+        for tier in self.tiers:
+            seq = 0
+            for env in result.by_tier.get(tier, []):
+                out.append((tier, seq, "command", env.key, orjson.dumps(env.to_json()).decode()))
+                seq += 1
+            out.append((tier, seq, "summary", tier, orjson.dumps(result.summaries[tier]).decode()))
         yield pd.DataFrame(out, columns=["tier", "seq", "kind", "key", "value"])
 
     def close(self) -> None:

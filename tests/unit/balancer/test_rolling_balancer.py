@@ -15,46 +15,51 @@ from events import Envelope
 from events.registry import Event
 from streaming.balancer.batch import BatchResult, run_batch
 from streaming.balancer.commands import move_ids
-from streaming.balancer.placement import ANSWERED, TierPlacement
+from streaming.balancer.placement import ANSWERED, META, BalancerPlacement
 from tests.unit.balancer.balancer_events import TIER, ClusterSpec, Executor
+
+TIERS = (TIER,)
 
 
 class Store:
-    """What the Spark state holds: the entries :meth:`TierPlacement.take_dirty` writes, and the meta value."""
+    """What the Spark state holds: the ``placement`` and ``answered`` maps and the ``meta`` value, written only
+    with :meth:`BalancerPlacement.changed` (as the stateful processor does)."""
 
     def __init__(self) -> None:
-        self.maps: dict[str, dict[str, str]] = {}
+        self.placement: dict[tuple[str, ...], str] = {}
+        self.answered: set[str] = set()
         self.meta: str | None = None
 
-    def save(self, p: TierPlacement) -> None:
-        for family, key, value in p.take_dirty():
-            if value is None:
-                self.maps.setdefault(family, {}).pop(key, None)
+    def save(self, p: BalancerPlacement) -> None:
+        for family, key, value in p.changed():
+            if family == META:
+                self.meta = value
+            elif family == ANSWERED:
+                self.answered.add(key[0])
+            elif value is None:
+                self.placement.pop(key, None)
             else:
-                self.maps.setdefault(family, {})[key] = value
-        self.meta = p.meta()
+                self.placement[key] = value
 
-    def restore(self) -> TierPlacement:
-        def entries(name: str) -> list[tuple[str, str]]:
-            return sorted(self.maps.get(name, {}).items())
-        return TierPlacement.restore(TIER, self.meta, entries("segments"), entries("servers"), entries("queue"))
+    def restore(self) -> BalancerPlacement:
+        return BalancerPlacement.restore(((f, k, v) for (f, k), v in sorted(self.placement.items())), self.meta,
+                                         answered=self.answered.__contains__)
 
 
 def loop(spec: ClusterSpec, batches: int, rebuild_every_batch: bool) -> tuple[list[BatchResult], Executor]:
     executor = Executor.of(spec.placement())
     store = Store()
-    placement = TierPlacement(TIER)
+    placement = BalancerPlacement()
     pending: list[Envelope[Event]] = spec.events()
     results = []
     for b in range(batches):
         if rebuild_every_batch:
             placement = store.restore()
-        answered = store.maps.get(ANSWERED, {})
-        result = run_batch(placement, pending, b, answered.__contains__)
+        result = run_batch(placement, pending, b, TIERS, store.answered.__contains__)
         store.save(placement)
         results.append(result)
         pending = result.commands + executor.answer(result.commands)
-        if result.summary["moves"] == 0 and b > 0:
+        if result.summaries[TIER]["moves"] == 0 and b > 0:
             break
     return results, executor
 
@@ -82,10 +87,10 @@ def moves(result: BatchResult) -> list[tuple[str, str, str]]:
 
 def test_first_batch_picks_the_planner_moves_with_the_run_number_as_seed() -> None:
     spec = ClusterSpec(servers=8, data_sources=3, hours=48)
-    placement = TierPlacement(TIER)
-    run_batch(placement, [], 3)  # a batch that balances nothing does not advance the run number
-    result = run_batch(placement, spec.events(), 5)
-    assert result.summary["run"] == 1
+    placement = BalancerPlacement()
+    run_batch(placement, [], 3, TIERS)  # a batch that balances nothing does not advance the run number
+    result = run_batch(placement, spec.events(), 5, TIERS)
+    assert result.summaries[TIER]["run"] == 1
     pure = balance_tier(frozen_view(spec, 1), TIER).commands
     assert pure and [(str(c.segment), c.server) for c in pure] == [(s, t) for s, t, _ in moves(result)]
     assert [c for c in plan(frozen_view(spec, 1)).commands if c.type == "move"] == list(pure)
@@ -107,36 +112,40 @@ def test_rolling_caches_equal_a_rebuild_from_state_every_batch() -> None:
     rebuilt, ex2 = loop(spec, 12, rebuild_every_batch=True)
     assert [r.commands for r in rolled] == [r.commands for r in rebuilt]
     assert ex1.counts() == ex2.counts()
-    assert sum(r.summary["moves"] for r in rolled) > 15
+    assert sum(r.summaries[TIER]["moves"] for r in rolled) > 15
 
 
 def test_live_caches_hold_the_projected_placement() -> None:
     spec = ClusterSpec(servers=6, data_sources=2, hours=48,
                        config={"smartSegmentLoading": False, "maxSegmentsToMove": 5,
                                "maxSegmentsInNodeLoadingQueue": 20})
-    placement = TierPlacement(TIER)
+    placement = BalancerPlacement()
     executor = Executor.of(spec.placement())
     pending: list[Envelope[Event]] = spec.events()
     for b in range(4):
-        result = run_batch(placement, pending, b)
+        result = run_batch(placement, pending, b, TIERS)
         answers = executor.answer(result.commands)
         pending = result.commands + answers[: len(answers) // 2]  # half the answers arrive: moves stay in flight
-    for name, cache in placement.caches.items():
-        expected = {sid for sid in placement.segments if placement.projected(name, sid)}
+    state = placement.state
+    assert state.caches and state.queue  # caches were used, moves are still in flight
+    for name, cache in state.caches.items():
+        expected = set(state.projected_segments(name))
         assert set(cache.segment_ids()) == expected
         fresh = ServerCostCache()
-        fresh.extend(placement.segments[s] for s in expected)
-        probe = next(iter(placement.segments.values()))
+        fresh.extend(state.segments[s] for s in expected)
+        probe = next(iter(state.segments.values()))
         assert abs(cache.cost_of(probe) - fresh.cost_of(probe)) <= 1e-9 * max(1.0, fresh.cost_of(probe))
 
 
 def test_own_commands_read_back_and_duplicates_change_nothing() -> None:
     spec = ClusterSpec(servers=6, data_sources=2, hours=48)
-    placement = TierPlacement(TIER)
-    first = run_batch(placement, spec.events(), 0)
+    placement = BalancerPlacement()
+    first = run_batch(placement, spec.events(), 0, TIERS)
     assert first.commands
-    again = run_batch(placement, first.commands + first.commands, 1)
-    assert not again.summary["triggered"] and again.commands == []
+    queued = dict(placement.state.queue)
+    again = run_batch(placement, first.commands + first.commands, 1, TIERS)
+    assert not again.summaries[TIER]["triggered"] and again.commands == []
+    assert placement.state.queue == queued
 
 
 def test_the_move_loop_converges_within_limits() -> None:
@@ -144,11 +153,11 @@ def test_the_move_loop_converges_within_limits() -> None:
                        config={"smartSegmentLoading": False, "maxSegmentsToMove": 100,
                                "maxSegmentsInNodeLoadingQueue": 100})
     results, executor = loop(spec, 80, rebuild_every_batch=False)
-    assert results[-1].summary["moves"] == 0
+    assert results[-1].summaries[TIER]["moves"] == 0
     counts = executor.counts()
     mean = statistics.mean(counts.values())
     assert all(abs(c - mean) <= 0.05 * mean for c in counts.values()), counts
     for r in results:
-        s = r.summary
+        s = r.summaries[TIER]
         assert s["moves"] <= s["maxSegmentsToMove"]
         assert all(n <= s["balancingQueueCap"] for n in s["balancingQueues"].values())
