@@ -14,8 +14,8 @@ twice (a redelivery after a crash). Adapters:
 - **replay** (``streaming/replay.py``, ``LogFold``): the same log, as ``segcoord replay`` reads it,
   gives the fresh fold's placement; when no timer run expired anything (timeouts are wall-clock,
   not in the log) it is the planner agent's placement too;
-- the Spark balancer's state is not compared here: it still keeps its own ``TierPlacement``
-  (moving it onto the fold is another change).
+- the Spark balancer keeps the same fold in its state store; its restored-and-folded state is
+  compared with the pure fold in ``tests/unit/balancer/test_adapter_properties.py``.
 
 What a user would notice when this fails: ``segcoord replay`` shows a server, copy or command in
 flight that the planner does not plan with (or the reverse), or the planner, restarted from its
