@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -120,6 +121,15 @@ class Worker:
                 [SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix, "--state-dir",
                  str(state), "--planner", planner], stdout=out, stderr=subprocess.STDOUT)
         self.started = time.perf_counter()
+
+    def wait(self, what: str, done: Callable[[], bool], deadline: float) -> None:
+        """Poll ``done`` until it holds; exit the benchmark if the worker died or ``deadline`` (monotonic) passed."""
+        while not done():
+            if self.proc.poll() is not None:
+                raise SystemExit(f"segcoord run exited; see {self.log}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{what}: not reached in time; see {self.log}")
+            time.sleep(0.2)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -404,12 +414,8 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
                                        f"pre-{b}", at(), ds))
             producer.flush()
             deadline = time.monotonic() + 900
-            while sum(n >= 2 for n in list(hist.first_copies.values())) < preload:
-                if worker.proc.poll() is not None:
-                    raise SystemExit(f"segcoord run exited; see {worker.log}")
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"the preload was not loaded within 900 s; see {worker.log}")
-                time.sleep(0.2)
+            worker.wait("the preload loaded", lambda: sum(n >= 2 for n in list(hist.first_copies.values())) >= preload,
+                        deadline)
             print(f"placement: {servers} servers, {preload} segments x 2 replicas loaded "
                   f"({hist.loads} loads) in {time.perf_counter() - started:.1f}s")
         else:  # a probe: the planner restored its store and plans (its first full run is behind it)
@@ -417,12 +423,7 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             producer.send(Envelope(PublishRequested(request_id="probe", task_id="t1", segments=(probe,)),
                                    "probe", at(), ds))
             producer.flush()
-            while str(probe.id) not in hist.loads_read:
-                if worker.proc.poll() is not None:
-                    raise SystemExit(f"segcoord run exited; see {worker.log}")
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"no load of the probe within 3600 s; see {worker.log}")
-                time.sleep(0.2)
+            worker.wait("a load of the probe", lambda: str(probe.id) in hist.loads_read, deadline)
             print(f"placement: the worker restored and planned a probe {time.perf_counter() - started:.1f}s "
                   "after the lock was granted")
         # settle: the worker reads the answers and its own commands back; measure a caught-up service
