@@ -400,7 +400,8 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
                                              data_source=ds, interval=span, granularity="timeChunk",
                                              lock_type="exclusive"), "lock-1", at(), ds))
         producer.flush()
-        version = await_lock_version(bootstrap, topics, "lock-1", timeout=120)
+        # restoring a 1M-segment store takes minutes before the worker answers
+        version = await_lock_version(bootstrap, topics, "lock-1", timeout=120 + preload / 2000)
 
         def seg(hour: int) -> SegmentDescriptor:
             return SegmentDescriptor(ds, Interval(T0 + hour * HOUR, T0 + (hour + 1) * HOUR), version, 0, 1_000_000)
