@@ -114,12 +114,13 @@ def end_offset(bootstrap: str, topic: str) -> int:
 
 
 class Worker:
-    def __init__(self, bootstrap: str, topics: Topics, state: Path, log: Path, planner: str = "incremental") -> None:
+    def __init__(self, bootstrap: str, topics: Topics, state: Path, log: Path, planner: str = "incremental",
+                 balancer: str = "planner") -> None:
         self.log = log
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix, "--state-dir",
-                 str(state), "--planner", planner], stdout=out, stderr=subprocess.STDOUT)
+                 str(state), "--planner", planner, "--balancer", balancer], stdout=out, stderr=subprocess.STDOUT)
         self.started = time.perf_counter()
 
     def wait(self, what: str, done: Callable[[], bool], deadline: float) -> None:
@@ -364,7 +365,7 @@ def published_at(bootstrap: str, topics: Topics, data_source: str) -> dict[str, 
 
 
 def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, paced: int, rate: float,
-                      planner: str = "incremental", direct: bool = False) -> float | None:
+                      planner: str = "incremental", direct: bool = False, balancer: str = "planner") -> float | None:
     """Publish request -> LoadSegment latency, on a cluster of ``servers`` holding ``preload`` segments.
 
     A task locks ten years of one dataSource; ``preload`` hourly segments are published (in requests of 500) and
@@ -382,7 +383,7 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
         preload_store(state_dir, servers, preload, int(time.time() * 1000))
         print(f"placement: the planner's store preloaded with {preload} segments x 2 on {servers} servers "
               f"in {time.perf_counter() - t0:.1f}s")
-    worker = Worker(bootstrap, topics, state_dir, work / f"placement-{planner}.log", planner)
+    worker = Worker(bootstrap, topics, state_dir, work / f"placement-{planner}.log", planner, balancer)
     hist = Historicals(bootstrap, topics)
     producer = EventProducer(bootstrap, topics, extra={"linger.ms": 0})
     try:
@@ -490,6 +491,9 @@ def main() -> None:
     parser.add_argument("--only", choices=("timeline", "placement", "lockbox"), default=None)
     parser.add_argument("--planner", choices=("both", "full", "incremental"), default="both",
                         help="placement: the full-plan baseline, the incremental planner, or both (the ratio)")
+    parser.add_argument("--balancer", choices=("planner", "external"), default="planner",
+                        help="placement: who balances (external: the planner agent never balances, as with the Spark "
+                             "balancer; at 1M segments a timer balancing run takes minutes and delays publishes)")
     parser.add_argument("--preload-via", choices=("lockbox", "direct"), default=None,
                         help="how the placement preload is reached: through the lockbox and real loads, or "
                              "written into the planner's store before it starts (default: direct above 10k)")
@@ -519,10 +523,10 @@ def main() -> None:
                 base = p99 = None
                 if args.planner in ("both", "full"):
                     base = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate,
-                                             "full", direct)
+                                             "full", direct, args.balancer)
                 if args.planner in ("both", "incremental"):
                     p99 = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate,
-                                            "incremental", direct)
+                                            "incremental", direct, args.balancer)
                 if base and p99:
                     print(f"placement p99: incremental / full-plan baseline = {p99 / base:.4f} "
                           f"({p99:.1f} ms vs {base:.1f} ms)")
