@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("segcoord.service")
 HEALTH_EVERY_S = 30.0  # unavailable / under-replicated over every used segment: O(used segments), so not per run
+HEALTH_SHARE_INVERSE = 100  # ... and never more often than 100 times its own duration (seconds at 1M segments)
 
 
 class Observer:
@@ -54,6 +55,7 @@ class Observer:
         self._recent: RecentEvents | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._health_at = 0.0
+        self._health_every = HEALTH_EVERY_S
         self._metrics_topic_ok: bool | None = None
         setup(loglevel)  # the levels now (the worker's start-up); the handlers' filter once it runs
         planner.on_run = self.metrics.plan_run
@@ -100,11 +102,13 @@ class Observer:
         self.metrics.publish_agents(now)
         if self.balancer_alive is not None:
             self.metrics.balancer(self.balancer_alive(), now)
-        if self._pool is not None and time.monotonic() - self._health_at >= HEALTH_EVERY_S:
+        if self._pool is not None and time.monotonic() - self._health_at >= self._health_every:
             self._health_at = time.monotonic()
             st = self.planner.state
             await asyncio.get_running_loop().run_in_executor(
                 self._pool, self.metrics.load_health, st, max(now, st.last_event_at))
+            # the recount holds the planner's thread (publishes wait behind it): at most 1% of its time
+            self._health_every = max(HEALTH_EVERY_S, HEALTH_SHARE_INVERSE * (time.monotonic() - self._health_at))
         if self.errors.unreachable:
             loop = asyncio.get_running_loop()
             try:
