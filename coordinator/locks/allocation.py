@@ -330,7 +330,7 @@ def _covering_lock(src: SourceState, task_id: str, interval: Interval, lock_type
 def overwritten_inputs(src: SourceState, group_id: str, interval: Interval, version: str) -> tuple[int, ...]:
     """Partitions of (interval, version) that exist and that the group holds exclusive segment locks on,
     except the locks allocations made for the group's own new partitions (those are outputs, not inputs)."""
-    existing = {s.partition_id for s in src.segments.values() if s.interval == interval and s.version == version}
+    existing = src.chunk_partitions.get((interval.start, interval.end, version), set())
     allocated = {a.lock_id for a in src.allocations.values()
                  if a.segment.interval == interval and a.segment.version == version}
     locked: set[int] = set()

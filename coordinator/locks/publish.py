@@ -124,7 +124,7 @@ def _born_hidden(src: SourceState, own: list[SegmentDescriptor], copies: list[Co
     committed or in this publish, overlaps it and no upgraded copy of it reaches that version. Refused rather
     than committing rows no query sees (only a task group's own overlapping locks can lead here)."""
     for seg in own:
-        over = [s for s in (*src.segments.values(), *own)
+        over = [s for s in (*src.by_interval.overlapping(seg.interval), *own)
                 if s.version > seg.version and s.interval.overlaps(seg.interval)]
         if not over:
             continue

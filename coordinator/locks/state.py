@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from coordinator.locks.offsets import plus
+from coordinator.timeline.index import IntervalIndex
 from events.interval import Interval
 from events.locks import (
     LockGranted,
@@ -71,6 +72,26 @@ class SourceState:
     replace_chunks: frozenset[ChunkVersion] = frozenset()
     # overwrite partition ids (Druid's numbered_overwrite, from 32768), never reused, apart from root ids
     next_overwrite: dict[ChunkVersion, int] = field(default_factory=dict)
+    # derived from ``segments`` (never stored, not compared): the partitions of each chunk and the segments by
+    # interval, so a publish's checks cost its own segments' neighbourhood, not the data source's size
+    chunk_partitions: dict[ChunkVersion, set[int]] = field(init=False, compare=False, repr=False)
+    by_interval: IntervalIndex[SegmentId, SegmentDescriptor] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.chunk_partitions = {}
+        self.by_interval = IntervalIndex()
+        for seg in self.segments.values():
+            self._index(seg)
+
+    def _index(self, seg: SegmentDescriptor) -> None:
+        iv = seg.interval
+        self.chunk_partitions.setdefault((iv.start, iv.end, seg.version), set()).add(seg.partition_id)
+        self.by_interval.add(seg.id, iv, seg)
+
+    def add_segment(self, seg: SegmentDescriptor) -> None:
+        """A committed segment (the only way ``segments`` grows: the derived indexes follow)."""
+        self.segments[seg.id] = seg
+        self._index(seg)
 
     def copy(self) -> SourceState:
         return SourceState(
@@ -232,7 +253,7 @@ class LockboxState:
         if kind is None:  # a decision logged before publishes named their kind: infer it as that lockbox did
             kind = "replace" if any(lk.lock_type == "replace" for lk in task_locks) else "append"
         for seg in event.segments:
-            src.segments[seg.id] = seg
+            src.add_segment(seg)
             src.reserve(seg)
         if event.end_metadata is not None:
             src.metadata = plus(src.metadata, event.end_metadata)
