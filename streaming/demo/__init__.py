@@ -273,8 +273,10 @@ def run_demo(*, bootstrap: str | None, home: Path, out: Path, quick: bool = Fals
             failure = f"{type(e).__name__}: {e}"
             display.say(f"FAILED: {failure}")
         finally:
-            violations = audit(bootstrap, topics)
-            demo.close(keep)
+            try:
+                violations = audit(bootstrap, topics)
+            finally:  # the service and historicals stop even when the audit cannot read the log
+                demo.close(keep)
     result.update({"bootstrap": bootstrap, "topicPrefix": topics.prefix, "quick": quick, "failure": failure,
                    "seconds": round(time.monotonic() - started, 1), "notes": demo.notes,
                    "audit": [str(v) for v in violations]})
