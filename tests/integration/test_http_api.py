@@ -12,7 +12,6 @@ import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,8 +92,9 @@ def free_port() -> int:
 
 
 class Api:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, service: PlanService) -> None:
         self.base = f"http://127.0.0.1:{port}"
+        self.service = service  # the worker serving it (a wait fails with its log if it exits)
 
     def call(self, method: str, path: str, body: object = None, raw: bytes | None = None) -> tuple[int, Any]:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
@@ -128,7 +128,7 @@ def cluster(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     svc = PlanService(kafka_bootstrap, topics, tmp / "state", tmp / "run.log", plan_every=1)
     svc.args += ["--http", f"127.0.0.1:{port}"]
     svc.start()
-    api = Api(port)
+    api = Api(port, svc)
     try:
         with Historicals(kafka_bootstrap, topics, ["h1", "h2"]):
             wait_for("both servers joined", lambda: {
@@ -217,7 +217,8 @@ def test_rules_get_and_post(cluster: tuple[Api, Topics, str]) -> None:
     assert api.call("POST", f"{V1}/rules/_default", [])[0] == 400
     # a good write is an event the planner applies
     assert api.call("POST", f"{V1}/rules/other", [{"type": "dropForever"}])[0] == 200
-    wait_for_api(lambda: api.get(f"{V1}/rules/other") == [{"type": "dropForever"}])
+    wait_for("the rules of other applied", lambda: api.get(f"{V1}/rules/other") == [{"type": "dropForever"}],
+             api.service)
 
 
 def test_config_get_and_post_merges(cluster: tuple[Api, Topics, str]) -> None:
@@ -225,9 +226,10 @@ def test_config_get_and_post_merges(cluster: tuple[Api, Topics, str]) -> None:
     conf = api.get(f"{V1}/config")
     assert set(conf) >= CONFIG_KEYS
     assert api.call("POST", f"{V1}/config", {"maxSegmentsToMove": 11})[0] == 200
-    wait_for_api(lambda: api.get(f"{V1}/config")["maxSegmentsToMove"] == 11)
+    wait_for("maxSegmentsToMove applied", lambda: api.get(f"{V1}/config")["maxSegmentsToMove"] == 11, api.service)
     assert api.call("POST", f"{V1}/config", {"replicationThrottleLimit": 12})[0] == 200
-    wait_for_api(lambda: api.get(f"{V1}/config")["replicationThrottleLimit"] == 12)
+    wait_for("replicationThrottleLimit applied", lambda: api.get(f"{V1}/config")["replicationThrottleLimit"] == 12,
+             api.service)
     assert api.get(f"{V1}/config")["maxSegmentsToMove"] == 11  # merged, as Druid merges a POST
     status, err = api.call("POST", f"{V1}/config", {"maxSegmentsToMove": "many"})
     assert status == 400 and err["errorMessage"].startswith("config.maxSegmentsToMove: expected an integer")
@@ -273,17 +275,3 @@ def test_metrics_prometheus_and_topic(cluster: tuple[Api, Topics, str]) -> None:
         shaped({k: doc[k] for k in EMITTED}, EMITTED)
     assert any(d["metric"] == "segment/assigned/count" and d.get("tier") == "hot" and d["value"] >= 1 for d in docs)
     assert any(d["metric"] == "coordinator/time" for d in docs)
-
-
-def wait_for_api(check: Any, timeout: float = 30.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError("the write was not applied in time")
-
-
-_ = Path
