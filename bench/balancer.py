@@ -38,13 +38,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from coordinator.placement.records import ServerFacts
+from bench.incremental import build
 from coordinator.placement.state import PlacementState
 from coordinator.planner.cluster import ClusterView, Server, ServerState
 from coordinator.planner.planner import _ID, _Run, balance_state, balance_tier
 from coordinator.rules.dynamic_config import DynamicConfig
 from coordinator.rules.ruleset import RuleSet
-from events import Envelope, Interval, SegmentDescriptor, Topics
+from events import Envelope, Topics
 from events.registry import Event
 from events.schema import Instant
 from events.segment import SegmentId
@@ -54,7 +54,7 @@ from streaming.admin import create_topics
 from streaming.balancer import job
 from streaming.consumer import EventConsumer
 from streaming.producer import EventProducer
-from tests.unit.balancer.balancer_events import T0, TIER, ClusterSpec, Executor, H
+from tests.unit.balancer.balancer_events import T0, TIER, ClusterSpec, Executor
 
 STEP = 100  # records per step after the first batch
 REPEATS = 3  # indexed balancing runs per size (the median is reported)
@@ -77,18 +77,8 @@ class _ListingRun(_Run):
 
 
 def balancing_state(n_segments: int, n_servers: int = 20, new: int = 2) -> PlacementState:
-    st = PlacementState()
-    names = [f"h{i:03d}" for i in range(n_servers)]
-    for name in names:
-        st.set_server(name, ServerFacts(TIER, 1 << 50))
-    per_source = n_segments // 10
-    k = 0
-    for d in range(10):
-        for h in range(per_source):
-            seg = SegmentDescriptor(f"ds{d}", Interval(T0 + h * H, T0 + (h + 1) * H), "v1", 0, 1 << 20)
-            st.learn(seg, True)
-            st.hold(names[k % (n_servers - new)], seg.id, True)
-            k += 1
+    """One replica of each segment on the first ``n_servers - new`` servers; ``new`` empty ones to balance onto."""
+    st = build(n_segments, n_servers, T0, replicas=1, empty=new, start=T0)
     st.set_rules("_default", [{"type": "loadForever", "tieredReplicants": {TIER: 1}}], "rules")
     st.set_config(CONFIG)
     st.touched_segments, st.dirty = set(), set()

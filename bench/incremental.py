@@ -32,20 +32,23 @@ T0 = parse_instant("2024-01-01")
 NOW = parse_instant("2026-01-01")
 
 
-def build(n_segments: int, n_servers: int, now: int = NOW) -> PlacementState:
-    """A placement of ``n_segments`` hourly segments (10 data sources), each loaded on 2 of ``n_servers``."""
+def build(n_segments: int, n_servers: int, now: int = NOW, *, replicas: int = 2, empty: int = 0,
+          start: int = T0) -> PlacementState:
+    """A placement of ``n_segments`` hourly segments (10 data sources from ``start``), each loaded on ``replicas``
+    of the first ``n_servers - empty`` servers (round robin); the last ``empty`` servers hold nothing."""
     st = PlacementState()
     names = [f"h{i:03d}" for i in range(n_servers)]
     for name in names:
         st.set_server(name, ServerFacts("_default_tier", 1 << 50))
+    holding = n_servers - empty
     per_source = n_segments // 10
     k = 0
     for d in range(10):
         for h in range(per_source):
-            seg = SegmentDescriptor(f"ds{d}", Interval(T0 + h * HOUR, T0 + (h + 1) * HOUR), "v1", 0, 1 << 20)
+            seg = SegmentDescriptor(f"ds{d}", Interval(start + h * HOUR, start + (h + 1) * HOUR), "v1", 0, 1 << 20)
             st.learn(seg, True)
-            st.hold(names[k % n_servers], seg.id, True)
-            st.hold(names[(k + 1) % n_servers], seg.id, True)
+            for r in range(replicas):
+                st.hold(names[(k + r) % holding], seg.id, True)
             k += 1
     st.touched_segments = set()
     st.dirty = set()
