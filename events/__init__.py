@@ -52,12 +52,21 @@ from events.tasks import (
     TaskStarted,
 )
 from events.topics import TOPIC_SPECS, Topics, TopicSpec
+from events.upserts import (
+    ConsolidationInterval,
+    ConsolidationRequested,
+    UpsertConsolidationAsked,
+    UpsertPartition,
+    UpsertTableSet,
+)
 from events.visibility import SegmentVisibilityChanged
 
 __all__ = [
     "ETERNITY",
     "TOPIC_SPECS",
     "CancelSegmentLoad",
+    "ConsolidationInterval",
+    "ConsolidationRequested",
     "DeadLettered",
     "DropSegment",
     "DynamicConfigSet",
@@ -104,6 +113,9 @@ __all__ = [
     "TaskStarted",
     "TopicSpec",
     "Topics",
+    "UpsertConsolidationAsked",
+    "UpsertPartition",
+    "UpsertTableSet",
     "all_event_classes",
     "decode",
     "derived_event_id",

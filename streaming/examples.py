@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from events import (
     CancelSegmentLoad,
+    ConsolidationInterval,
+    ConsolidationRequested,
     DeadLettered,
     DropSegment,
     DynamicConfigSet,
@@ -42,6 +44,9 @@ from events import (
     TaskLock,
     TaskRegistered,
     TaskStarted,
+    UpsertConsolidationAsked,
+    UpsertPartition,
+    UpsertTableSet,
     all_event_classes,
     derived_event_id,
     parse_instant,
@@ -126,6 +131,12 @@ def example_events() -> list[Event]:
         SegmentsMarkedUnused(segment_ids=(seg_id,), reason="overshadowed"),
         SegmentsMarkedUsed(segments=(seg,), reason="marked used by the operator"),
         ServerLeft(server="historical-1:8083"),
+        UpsertTableSet(name="ads", append_data_source="ads_append", primary_data_source="ads_primary",
+                       key_columns=("source", "date"), version_column="version"),
+        UpsertConsolidationAsked(table="ads"),
+        ConsolidationRequested(table="ads", reason="daily consolidation", intervals=(ConsolidationInterval(
+            interval=DAY, partitions=(UpsertPartition(key={"source": "Facebook", "date": "2026-11-20"},
+                                                      version="ver2", rows=1200),)),)),
         DeadLettered(reason="value: not UTF-8 JSON", topic="segcoord.segments", partition=0, offset=17,
                      original_value="e2JhZA==", original_key="d2lraQ=="),
     ]
