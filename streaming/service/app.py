@@ -55,17 +55,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, Topics
+from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, TIMELINE, Topics
 from streaming.producer import EventProducer
 from streaming.service import lockbox_agent as lockbox_mod
 from streaming.service import planner_agent as planner_mod
 from streaming.service import timeline_agent as timeline_mod
+from streaming.service import upsert_agent as upsert_mod
 from streaming.service.heap import FrozenHeap
 from streaming.service.intake import InputRecord
 from streaming.service.lockbox_agent import LockboxAgent
 from streaming.service.planner_agent import PlannerAgent
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import TimelineAgent
+from streaming.service.upsert_agent import UpsertAgent
 
 log = logging.getLogger("segcoord.service")
 
@@ -79,7 +81,7 @@ PLAN_EVERY_S = 5.0
 StoredOffsets = Callable[[], dict[tuple[str, int], int]]
 
 
-Agent = TimelineAgent | LockboxAgent | PlannerAgent
+Agent = TimelineAgent | LockboxAgent | PlannerAgent | UpsertAgent
 
 
 class Observe(Protocol):
@@ -94,7 +96,8 @@ class Observe(Protocol):
 
 def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: LockboxAgent,
               planner: PlannerAgent | None = None, plan_every_s: float = PLAN_EVERY_S,
-              heap: FrozenHeap | None = None, observe: Observe | None = None) -> Any:
+              heap: FrozenHeap | None = None, observe: Observe | None = None,
+              upserts: UpsertAgent | None = None) -> Any:
     """A Faust app with the timeline agent over every partition of ``segments``, the lockbox agent over
     every partition of ``lock-requests`` and (when given) the planner over ``segments``, ``cluster`` and
     ``commands`` plus its timer; ``observe`` gets each agent's batches (metrics, logs, the HTTP API)."""
@@ -120,6 +123,9 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     ]
     if planner is not None:
         agents.append(("planner", tuple(topics.name(t) for t in (SEGMENTS, CLUSTER, COMMANDS)), planner))
+    if upserts is not None:  # upsert tables (docs/upserts.md): versions from visibility, strategies, cleanup
+        agents.append(("upserts", tuple(topics.name(t) for t in (CLUSTER, SEGMENTS, TIMELINE)), upserts))
+        app.timer(plan_every_s, name=f"{app_id}.upserts-timer")(_upsert_timer(upserts))
     stored: dict[str, list[StoredOffsets]] = {}
     # the planner's runs are O(cluster): they go to one thread of their own, so the timeline and lockbox
     # agents keep their batches flowing on the event loop while a plan runs (and runs and ticks stay serial)
@@ -176,6 +182,23 @@ def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor,
             os._exit(EXIT_AGENT_FAILED)
 
     return planner_timer
+
+
+def _upsert_timer(agent: UpsertAgent) -> Callable[[], Any]:
+    """The upsert agent's timer run (cleanup after the grace period, scheduled consolidations), skipped like the
+    planner's until a batch was applied in this process and while catching up."""
+
+    async def upsert_timer() -> None:
+        if agent.batches_since_start == 0 or agent.last_batch_size >= BATCH_MAX:
+            return
+        try:
+            agent.tick(int(time.time() * 1000))
+        except Exception:
+            log.exception("upsert timer run failed; exiting so a restart resumes from the store")
+            logging.shutdown()
+            os._exit(EXIT_AGENT_FAILED)
+
+    return upsert_timer
 
 
 def _agent_body(name: str, agent: Agent, heap: FrozenHeap | None = None,
@@ -339,11 +362,15 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                                                        lockbox_mod.FORMAT_VERSION))
         pl_store = stack.enter_context(AgentStateStore(state_dir / planner_mod.STORE_NAME,
                                                        planner_mod.FORMAT_VERSION))
+        up_store = stack.enter_context(AgentStateStore(state_dir / upsert_mod.STORE_NAME,
+                                                       upsert_mod.FORMAT_VERSION))
         # librdkafka's log lines through Python logging, so broker outages are summarized (streaming.logs)
         kafka_log = {"logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
         tl_producer = EventProducer(bootstrap, topics, extra=kafka_log)
         lb_producer = EventProducer(bootstrap, topics, extra=kafka_log)
         pl_producer = EventProducer(bootstrap, topics, extra=kafka_log)
+        up_producer = EventProducer(bootstrap, topics, extra=kafka_log)
+        stack.callback(up_producer.flush)
         stack.callback(sys.stdout.flush)
         stack.callback(pl_producer.flush)
         stack.callback(lb_producer.flush)
@@ -364,13 +391,17 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
               f"{'' if balancing else ', balancing left to the Spark balancer'}"
               f"{'' if incremental else ', full runs only'}",
               flush=True)
+        upserts = UpsertAgent(up_store, topics, up_producer)
+        print(f"upsert agent: {len(upserts.state.tables)} tables, {len(upserts.state.held)} segments restored; "
+              f"resuming from {_resume_text(upserts.next_offsets())}"
+              f"{' (store wiped: older format)' if up_store.wiped else ''}", flush=True)
         sys.setswitchinterval(PLANNER_GIL_SLICE_S)
         heap = FrozenHeap()
         heap.start()  # the restored state is frozen out of the collector's scans
         observer = Observer(bootstrap, topics, planner, loglevel, sock, balancer_alive, lambda: timeline.timelines)
         stack.callback(observer.close)
         app = build_app(bootstrap, topics, timeline, lockbox, planner,
-                        plan_every_s, heap, observer)
+                        plan_every_s, heap, observer, upserts=upserts)
         # Faust's own INFO is start-up chatter: the libraries log at warn or above, the service's lines at loglevel
         faust_level = "warn" if loglevel in ("info", "warn") else loglevel
         worker = _worker_class(faust.Worker)(app, loglevel=faust_level, quiet=True, redirect_stdouts=False)
