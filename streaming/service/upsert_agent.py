@@ -16,8 +16,8 @@ version counts once its segment is *visible*, never from its publish.
   :class:`~coordinator.upserts.strategy.Strategy` (latest append versions, the
   keys whose primary data is superseded, the Druid filter) on the compacted
   ``upsert-strategy`` topic, keyed by table name (``format`` 1, plus the
-  ``causationId`` of the batch's last input and its ``eventTime``). A record is a
-  pure function of the state, so a re-emission after a crash writes the same.
+  ``causationId`` of the batch's last input and its ``eventTime``). Its strategy
+  fields are a pure function of the state, so a re-emission after a crash says the same.
 - ``segments_marked_unused`` for append segments stale for the table's
   ``upsertStaleGraceMillis`` and for rejected publishes (:func:`cleanup_due`);
   the planner then drops them.
