@@ -57,11 +57,12 @@ from typing import Any, Protocol
 
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, Topics
 from streaming.producer import EventProducer
+from streaming.service import delivery
 from streaming.service import lockbox_agent as lockbox_mod
 from streaming.service import planner_agent as planner_mod
 from streaming.service import timeline_agent as timeline_mod
+from streaming.service.delivery import BatchDelivery, Route
 from streaming.service.heap import FrozenHeap
-from streaming.service.intake import InputRecord
 from streaming.service.lockbox_agent import LockboxAgent
 from streaming.service.planner_agent import PlannerAgent
 from streaming.service.state import AgentStateStore
@@ -70,9 +71,8 @@ from streaming.service.timeline_agent import TimelineAgent
 log = logging.getLogger("segcoord.service")
 
 BATCH_MAX = 1000
-BATCH_WITHIN_S = 0.01
 FETCH_MAX_WAIT_MS = 10
-EXIT_AGENT_FAILED = 70
+EXIT_AGENT_FAILED = delivery.EXIT_AGENT_FAILED
 PLAN_EVERY_S = 5.0
 
 
@@ -112,7 +112,7 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
-        stream_buffer_maxsize=4 * BATCH_MAX,
+        broker_max_poll_records=BATCH_MAX,
     )
     agents: list[tuple[str, tuple[str, ...], Agent]] = [
         ("timeline", (topics.name(SEGMENTS),), timeline),
@@ -124,12 +124,13 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     # the planner's runs are O(cluster): they go to one thread of their own, so the timeline and lockbox
     # agents keep their batches flowing on the event loop while a plan runs (and runs and ticks stay serial)
     planner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner")
+    routes = []
     for name, topic_names, agent in agents:
-        topic = app.topic(*topic_names, key_serializer="raw", value_serializer="raw")
-        pool = planner_thread if agent is planner else None
-        app.agent(topic, name=f"{app_id}.{name}")(_agent_body(name, agent, heap, pool, observe, app))
+        app.topics.add(app.topic(*topic_names, key_serializer="raw", value_serializer="raw"))
+        routes.append(Route(name, frozenset(topic_names), agent, planner_thread if agent is planner else None))
         for topic_name in topic_names:
             stored.setdefault(topic_name, []).append(agent.next_offsets)
+    delivery.install(app, BatchDelivery(routes, heap, observe, lambda positions: _lag(app, positions)))
     if planner is not None:
         app.timer(plan_every_s, name=f"{app_id}.planner-timer")(_planner_timer(planner, planner_thread, observe))
     if observe is not None:
@@ -178,48 +179,14 @@ def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor,
     return planner_timer
 
 
-def _agent_body(name: str, agent: Agent, heap: FrozenHeap | None = None,
-                pool: ThreadPoolExecutor | None = None, observe: Observe | None = None,
-                app: Any = None) -> Callable[[Any], Any]:
-    """The Faust agent coroutine: batches of records into ``agent.process`` (on ``pool`` when given, awaited:
-    one batch at a time either way); any failure exits the process."""
-    positions: dict[Any, int] = {}  # TP -> next offset this agent will read
-
-    async def body(stream: Any) -> None:
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            records = [
-                InputRecord(m.topic, m.partition, m.offset, m.key, m.value, round((m.timestamp or 0) * 1000))
-                for m in (e.message for e in events)
-            ]
-            began = time.perf_counter()
-            try:
-                if pool is None:
-                    agent.process(records)
-                else:
-                    await asyncio.get_running_loop().run_in_executor(pool, agent.process, records)
-                if heap is not None:
-                    heap.after_batch()
-                if observe is not None:
-                    for e in events:
-                        positions[e.message.tp] = e.message.offset + 1
-                    observe.batch(name, len(records), time.perf_counter() - began, _lag(app, positions))
-            except Exception:
-                log.exception("%s agent failed; exiting so a restart resumes from the store", name)
-                logging.shutdown()
-                os._exit(EXIT_AGENT_FAILED)
-
-    body.__name__ = name
-    return body
-
-
-def _lag(app: Any, positions: dict[Any, int]) -> int | None:
+def _lag(app: Any, positions: dict[tuple[str, int], int]) -> int | None:
     """Records behind the high watermarks of the partitions an agent has read (None when unknown)."""
-    if app is None:
-        return None
+    from faust.types import TP
+
     total = 0
-    for tp, position in positions.items():
+    for (topic, partition), position in positions.items():
         try:
-            high = app.consumer.highwater(tp)
+            high = app.consumer.highwater(TP(topic, partition))
         except Exception:
             return None
         if high is not None:
