@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +21,7 @@ import events.schema
 from events import Envelope, Event, Topics, encode
 from events.topics import LOCK_REQUESTS, SEGMENTS
 from streaming.service import intake
-from streaming.service.delivery import BatchDelivery, Route, records_of
+from streaming.service.delivery import SHORT_SLICE_S, BatchDelivery, Route, off_loop, records_of
 from streaming.service.intake import InputRecord
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import FORMAT_VERSION, TimelineAgent
@@ -112,3 +115,35 @@ def test_a_bad_record_raises_its_validation_error_on_every_read() -> None:
     with pytest.raises(events.schema.EventValidationError) as second:
         rec.decoded()
     assert str(first.value) == str(second.value)
+
+
+def test_gil_slices_are_short_only_while_a_pool_call_runs_long() -> None:
+    """A quick call leaves the interpreter's switch interval alone; a long one gets short slices until it ends."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    before = sys.getswitchinterval()
+    release = threading.Event()
+
+    def long_call() -> str:
+        release.wait(60)
+        return "done"
+
+    async def scenario() -> list[float]:
+        seen = [sys.getswitchinterval()]
+        assert await off_loop(pool, lambda: 41 + 1) == 42
+        seen.append(sys.getswitchinterval())
+        call = asyncio.ensure_future(off_loop(pool, long_call))
+        for _ in range(3000):  # short once the call has run LONG_CALL_S (the bound only ends a broken run)
+            if sys.getswitchinterval() == SHORT_SLICE_S:
+                break
+            await asyncio.sleep(0.01)
+        seen.append(sys.getswitchinterval())
+        release.set()
+        assert await call == "done"
+        seen.append(sys.getswitchinterval())
+        return seen
+
+    try:
+        assert asyncio.run(scenario()) == [before, before, SHORT_SLICE_S, before]
+    finally:
+        release.set()
+        pool.shutdown()
