@@ -131,9 +131,11 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
         routes.append(Route(name, frozenset(topic_names), agent, planner_thread if agent is planner else None))
         for topic_name in topic_names:
             stored.setdefault(topic_name, []).append(agent.next_offsets)
-    delivery.install(app, BatchDelivery(routes, heap, observe, lambda positions: _lag(app, positions)))
+    batches = BatchDelivery(routes, heap, observe, lambda positions: _lag(app, positions))
+    delivery.install(app, batches)
     if planner is not None:
-        app.timer(plan_every_s, name=f"{app_id}.planner-timer")(_planner_timer(planner, planner_thread, observe))
+        app.timer(plan_every_s, name=f"{app_id}.planner-timer")(_planner_timer(planner, planner_thread, observe,
+                                                                                 lambda: batches.last_size))
     if observe is not None:
         observe.attach(app, planner_thread)
     _position_from_store(app, stored)
@@ -160,15 +162,16 @@ def _short_fetch_wait(app: Any) -> None:
     thread._create_worker_consumer = build_with_short_wait
 
 
-def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor,
-                   observe: Observe | None = None) -> Callable[[], Any]:
+def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor, observe: Observe | None = None,
+                   last_fetched: Callable[[], int] = lambda: 0) -> Callable[[], Any]:
     """The planner's timer run; skipped until the agent has applied a batch in this process and while its last
-    batch was full (catching up: a run on a stale view could repeat commands the unread log already holds)."""
+    batch, or the worker's last fetched batch, was full (catching up: a run on a stale view could repeat commands
+    the unread log already holds)."""
 
     async def planner_timer() -> None:
         if observe is not None:
             await observe.tick()
-        if planner.batches_since_start == 0 or planner.last_batch_size >= BATCH_MAX:
+        if planner.batches_since_start == 0 or max(planner.last_batch_size, last_fetched()) >= BATCH_MAX:
             return
         try:
             await delivery.off_loop(pool, planner.tick, int(time.time() * 1000))

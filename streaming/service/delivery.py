@@ -137,9 +137,11 @@ class BatchDelivery:
         self.heap = heap
         self.observe = observe
         self.lag = lag
+        self.last_size = 0  # records in the last batch delivered (all topics)
 
     async def deliver(self, records: Sequence[InputRecord]) -> None:
         """Every route's share of ``records`` through its agent, threaded routes first (they overlap the rest)."""
+        self.last_size = len(records)
         shares = [(route, [r for r in records if r.topic in route.topics]) for route in self.routes]
         shares = [(route, share) for route, share in shares if share]
         if not shares:
