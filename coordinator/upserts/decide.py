@@ -9,7 +9,8 @@ themselves and never re-decides from a clock.
   segment (published into an upsert table without valid ``upsertPartitions``). A
   segment holding one latest version is never stale, so it is never here.
 - :func:`consolidation_due`: when asked, or ``consolidationPeriodMillis`` after the
-  table's last consolidation (or declaration) with fresh keys to take.
+  table's last consolidation (or declaration) with fresh keys to take; never a
+  version older than one a used primary segment (served or not) holds.
 
 >>> st = UpsertState()
 >>> cleanup_due(st, 0)
@@ -19,6 +20,7 @@ themselves and never re-decides from a clock.
 from __future__ import annotations
 
 from coordinator.upserts.state import UpsertState
+from coordinator.upserts.table import Key
 from events.interval import Interval
 from events.segments import SegmentsMarkedUnused
 from events.upserts import ConsolidationInterval, ConsolidationRequested, UpsertPartition
@@ -50,7 +52,9 @@ def consolidation_due(state: UpsertState, table: str, now: int) -> Consolidation
     """The consolidation of ``table`` due at ``now``, or None. It names, per primary interval to re-ingest, the
     fresh (key, version) pairs to take: the primary's visible segments overlapping the fresh versions' append
     segments give the intervals (so a re-ingest replaces whole primary time chunks), else the append segment's
-    own interval."""
+    own interval. A fresh version is not taken when a used primary segment, served or not, already holds that
+    version of the key or a newer one: the re-ingest keeps the keys it does not take as the chunk's used
+    segments hold them, so taking an older version would put the key back in time."""
     t = state.tables.get(table)
     if t is None:
         return None
@@ -62,8 +66,16 @@ def consolidation_due(state: UpsertState, table: str, now: int) -> Consolidation
         return None
     primary = sorted({h.interval for sid, h in state.held.items()
                       if h.data_source == t.primary and sid in state.visible})
-    taken: dict[Interval, dict[tuple[tuple[tuple[str, str], ...], str], UpsertPartition]] = {}
+    in_primary: dict[Key, str] = {}  # the newest version any used primary segment holds, served or not
+    for h in state.held.values():
+        if h.data_source == t.primary:
+            for e in h.entries:
+                if e.version > in_primary.get(e.key, ""):
+                    in_primary[e.key] = e.version
+    taken: dict[Interval, dict[tuple[Key, str], UpsertPartition]] = {}
     for key, latest in fresh.items():
+        if in_primary.get(key, "") >= latest.version:
+            continue  # the primary already holds it or a newer one (not served yet): taking it would go back
         rows = 0
         for sid in latest.segments:
             held = state.held[sid]
@@ -74,6 +86,8 @@ def consolidation_due(state: UpsertState, table: str, now: int) -> Consolidation
             targets = [p for p in primary if p.overlaps(iv)] or [iv]
             for target in targets:
                 taken.setdefault(target, {})[(key, latest.version)] = part
+    if not taken and not asked:
+        return None  # every fresh version is already in the primary, waiting to be served
     intervals = tuple(ConsolidationInterval(interval=iv, partitions=tuple(parts[k] for k in sorted(parts)))
                       for iv, parts in sorted(taken.items()))
     reason = "asked by an operator" if asked else f"every {t.consolidation_period_ms} ms"

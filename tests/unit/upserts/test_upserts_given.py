@@ -152,6 +152,56 @@ def test_consolidation_names_primary_intervals_and_the_primary_publish_makes_app
     assert st.asked == set() and consolidation_due(st, "ads", st.last_event_at) is None
 
 
+def test_a_consolidation_never_takes_a_version_older_than_an_unserved_primary_holds() -> None:
+    # given: s1 re-ingested as v1 then v2, v2 consolidated into a primary chunk nobody serves yet, and the
+    # historical serving v2's append segment gone: the latest *visible* version of s1 is v1, in the append table
+    log = Log()
+    log.add(table_set())
+    log.reingest(D1, part("s1", D1, "v1"))
+    v2 = log.reingest(D1, part("s1", D1, "v2"))
+    p2 = log.primary(D1, "P2", part("s1", D1, "v2"), announce=False)
+    log.unannounce(v2)
+    st = log.replay().state
+    assert [(dict(k)["source"], lt.version) for k, lt in st.fresh("ads").items()] == [("s1", "v1")]
+    # when: a consolidation is asked for
+    log.add(UpsertConsolidationAsked(table="ads"))
+    st = log.replay().state
+    req = consolidation_due(st, "ads", st.last_event_at)
+    # then: it does not take v1 (a re-ingest would overwrite the primary's v2 with it), and once the primary is
+    # served the filter selects v2 only
+    assert req is not None and req.intervals == ()
+    log.add(req)
+    log.announce(p2)
+    out = log.replay().report()["tables"]["ads"]
+    assert [(r["key"]["source"], r["version"]) for r in out["latest"]] == [("s1", "v2")]
+    assert out["filter"] == sel("table_type", "primary")
+
+
+def test_a_consolidation_keeps_the_keys_it_does_not_take_as_the_used_primary_chunk_holds_them() -> None:
+    # given: s0 consolidated into the primary (its append segment cleaned), s1 fresh, and the primary chunk
+    # holding s0 not served right now (a historical restarting)
+    log = Log()
+    log.add(table_set())
+    a0 = log.reingest(D1, part("s0", D1, "v1"))
+    log.reingest(D1, part("s1", D1, "v2"))
+    p1 = log.primary(D1, "P1", part("s0", D1, "v1"))
+    log.unused(a0)
+    log.unannounce(p1)
+    # when: a consolidation is asked for and the ingestion re-ingests the chunk: the versions taken, and every
+    # other key as the chunk's used segments hold it
+    log.add(UpsertConsolidationAsked(table="ads"))
+    st = log.replay().state
+    req = consolidation_due(st, "ads", st.last_event_at)
+    assert req is not None
+    assert [(p.key["source"], p.version) for iv in req.intervals for p in iv.partitions] == [("s1", "v2")]
+    log.add(req)
+    log.primary(D1, "P2", part("s0", D1, "v1"), part("s1", D1, "v2"))
+    # then: every key's latest version is visible exactly once, from the primary
+    out = log.replay().report()["tables"]["ads"]
+    assert [(r["key"]["source"], r["version"]) for r in out["latest"]] == [("s0", "v1"), ("s1", "v2")]
+    assert out["filter"] == sel("table_type", "primary")
+
+
 def test_scheduled_consolidation_is_due_a_period_after_the_last() -> None:
     log = Log()
     log.add(table_set(period_ms=86_400_000))
