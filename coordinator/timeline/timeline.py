@@ -53,9 +53,10 @@ from typing import NamedTuple
 from sortedcontainers import SortedList
 
 from coordinator.timeline.chunk import ChunkResolution, ChunkStructure, chunk_structure, resolve_structure
-from coordinator.timeline.coverage import covers, subtract
+from coordinator.timeline.coverage import subtract_sorted
 from coordinator.timeline.index import IntervalIndex
 from coordinator.timeline.overwrite import as_list_form
+from events.compiled import constructor
 from events.interval import Interval
 from events.segment import SegmentDescriptor, SegmentId
 from events.visibility import SegmentState
@@ -76,6 +77,9 @@ class StateChange:
         return f"{self.segment_id}: {self.old} -> {self.new}"
 
 
+_state_change = constructor(StateChange)
+
+
 class LookupEntry(NamedTuple):
     """A visible segment and the parts of the queried interval it serves, in time order."""
 
@@ -86,8 +90,9 @@ class LookupEntry(NamedTuple):
 class _Chunk:
     """Mutable bookkeeping of one (interval, version); only the Timeline touches it."""
 
-    __slots__ = ("complete", "covered", "fully_hidden", "ids", "interval", "key", "members", "online", "rank",
-                 "resolution", "served", "structure", "version", "visible_ids")
+    __slots__ = ("complete", "covered", "entries", "fully_hidden", "higher", "ids", "interval", "key", "members",
+                 "neighbors", "neighbors_epoch", "online", "rank", "resolution", "served", "states", "structure",
+                 "version", "visible_ids")
 
     def __init__(self, interval: Interval, version: str) -> None:
         self.interval = interval
@@ -97,6 +102,7 @@ class _Chunk:
         self.members: dict[int, SegmentDescriptor] = {}
         self.ids: dict[int, SegmentId] = {}
         self.online: set[int] = set()
+        self.states: dict[int, SegmentState] = {}  # each member's state as in Timeline._state (no id hashing)
         self.resolution = _EMPTY
         self.structure: ChunkStructure | None = None  # None: members changed since last resolve
         self.complete = False
@@ -104,6 +110,10 @@ class _Chunk:
         self.served: tuple[Interval, ...] = ()
         self.fully_hidden = False
         self.covered = False  # coverage computed at least once
+        self.neighbors: list[_Chunk] = []  # the other chunks overlapping this one, valid at neighbors_epoch
+        self.higher: list[_Chunk] = []  # those of them ranked higher; both in (start, end, version) order
+        self.neighbors_epoch = -1
+        self.entries: list[LookupEntry] | None = None  # lookup entries of the whole served pieces (cache)
 
     @property
     def candidate(self) -> bool:
@@ -121,6 +131,7 @@ class _Chunk:
             del self.ids[partition]
             self.structure = None
         self.online.discard(partition)
+        self.states.pop(partition, None)
 
     def resolve(self) -> None:
         structure = self.structure
@@ -128,8 +139,19 @@ class _Chunk:
             structure = self.structure = chunk_structure(as_list_form(self.members))
         self.resolution = resolve_structure(structure, self.online)
         visible = self.resolution.visible
-        self.complete = bool(visible) and all(p in self.online for p in range(structure.core))
-        self.visible_ids = tuple(self.ids[p] for p in sorted(visible))
+        self.complete = bool(visible) and self.online.issuperset(range(structure.core))
+        visible_ids = tuple(self.ids[p] for p in sorted(visible))
+        if visible_ids != self.visible_ids:
+            self.visible_ids = visible_ids
+            self.entries = None
+
+
+def _change_order(change: StateChange) -> tuple[str, int, int, str, int]:
+    return change.segment_id.sort_key
+
+
+def _chunk_key(chunk: _Chunk) -> ChunkKey:
+    return chunk.key
 
 
 def _key(sid: SegmentId) -> ChunkKey:
@@ -149,6 +171,7 @@ class Timeline:
         self._served: SortedList = SortedList()  # (start, end, chunk key, piece), disjoint pieces
         self._state: dict[SegmentId, SegmentState] = {}
         self._forgotten: list[SegmentId] = []
+        self._epoch = 0  # bumped whenever a chunk is added or removed: the chunks' neighbor lists go stale
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -182,7 +205,7 @@ class Timeline:
             tl._cover(chunk)
         for chunk in tl._chunks.values():
             for p, sid in chunk.ids.items():
-                tl._state[sid] = tl._state_in(chunk, p)
+                tl._state[sid] = chunk.states[p] = tl._state_in(chunk, p)
         return tl
 
     def _check(self, seg: SegmentDescriptor) -> None:
@@ -195,7 +218,19 @@ class Timeline:
         if chunk is None:
             chunk = self._chunks[key] = _Chunk(seg.interval, seg.version)
             self._index.add(key, seg.interval, chunk)
+            self._epoch += 1
         return chunk
+
+    def _neighbors(self, chunk: _Chunk) -> list[_Chunk]:
+        """The other chunks overlapping ``chunk``, from its cache while no chunk came or went."""
+        if chunk.neighbors_epoch != self._epoch:
+            neighbors = [o for o in self._index.overlapping(chunk.interval) if o is not chunk]
+            neighbors.sort(key=_chunk_key)  # by start: what coverage.subtract_sorted reads
+            rank = chunk.rank
+            chunk.neighbors = neighbors
+            chunk.higher = [o for o in neighbors if o.rank > rank]
+            chunk.neighbors_epoch = self._epoch
+        return chunk.neighbors
 
     # -- mutations --------------------------------------------------------------------
     def publish(self, segments: Iterable[SegmentDescriptor]) -> list[StateChange]:
@@ -266,42 +301,48 @@ class Timeline:
             return []
         restate: dict[ChunkKey, _Chunk] = {}
         recover: dict[ChunkKey, _Chunk] = {}
-        dirty: list[Interval] = []
-        for key in sorted(touched):
+        dirty: list[list[_Chunk]] = []  # chunks whose interval changed hands
+        for key in sorted(touched) if len(touched) > 1 else touched:
             chunk = self._chunks[key]
             before = (chunk.complete, chunk.candidate)
             chunk.resolve()
             if not chunk.members:
+                neighbors = self._neighbors(chunk)
                 self._uncover(chunk)
                 self._index.remove(key)
                 del self._chunks[key]
-                dirty.append(chunk.interval)
+                self._epoch += 1
+                dirty.append(neighbors)
                 continue
             restate[key] = chunk
             if (chunk.complete, chunk.candidate) != before:
-                dirty.append(chunk.interval)
+                dirty.append([chunk])
+                dirty.append(self._neighbors(chunk))
             elif not chunk.covered:
                 recover[key] = chunk  # a new chunk may lie under higher ones
-        for interval in dirty:
-            for other in self._index.overlapping(interval):
-                recover[other.key] = other
+        for chunks in dirty:
+            for other in chunks:
+                if self._chunks.get(other.key) is other:  # not removed later in this settle
+                    recover[other.key] = other
         for key, chunk in recover.items():
             if self._cover(chunk):
                 restate[key] = chunk
         changes: list[StateChange] = []
         state = self._state
+        state_in = self._state_in
         for chunk in restate.values():
+            known = chunk.states
             for p, sid in chunk.ids.items():
-                new = self._state_in(chunk, p)
-                old = state.get(sid, "absent")
+                new = state_in(chunk, p)
+                old = known.get(p, "absent")
                 if new != old:
-                    state[sid] = new
-                    changes.append(StateChange(sid, old, new))
+                    state[sid] = known[p] = new
+                    changes.append(_state_change(sid, old, new))
         for sid in self._forgotten:
             if sid in state and sid not in self._segments:
                 changes.append(StateChange(sid, state.pop(sid), "absent"))
         self._forgotten.clear()
-        changes.sort(key=lambda c: c.segment_id)
+        changes.sort(key=_change_order)  # the ids' order, compared as plain tuples (in C)
         return changes
 
     # -- coverage -----------------------------------------------------------------------
@@ -311,23 +352,25 @@ class Timeline:
         Returns whether either changed (only then can its members' states change).
         """
         chunk.covered = True
-        rank = chunk.rank
-        others = [o for o in self._index.overlapping(chunk.interval) if o is not chunk]
-        higher_complete = [o.interval for o in others if o.complete and o.rank > rank]
+        others = self._neighbors(chunk)
+        higher = chunk.higher
+        interval = chunk.interval
         served: tuple[Interval, ...] = ()
         if chunk.complete:
-            served = subtract(chunk.interval, higher_complete)
+            served = subtract_sorted(interval, [o.key for o in higher if o.complete])
             fully_hidden = not served
         else:
-            fully_hidden = covers(higher_complete, chunk.interval)
+            fully_hidden = not subtract_sorted(interval, [o.key for o in higher if o.complete])
             if chunk.candidate and not fully_hidden:
-                blockers = [o.interval for o in others if o.complete or (o.candidate and o.rank > rank)]
-                served = subtract(chunk.interval, blockers)
+                rank = chunk.rank
+                blockers = [o.key for o in others if o.complete or (o.candidate and o.rank > rank)]
+                served = subtract_sorted(interval, blockers)
         changed = fully_hidden != chunk.fully_hidden
         chunk.fully_hidden = fully_hidden
         if served != chunk.served:
             self._uncover(chunk)
             chunk.served = served
+            chunk.entries = None
             for piece in served:
                 self._served.add((piece.start, piece.end, chunk.key, piece))
             changed = True
@@ -337,6 +380,7 @@ class Timeline:
         for piece in chunk.served:
             self._served.remove((piece.start, piece.end, chunk.key, piece))
         chunk.served = ()
+        chunk.entries = None
 
     def _state_in(self, chunk: _Chunk, p: int) -> SegmentState:
         if p not in chunk.online:
