@@ -420,7 +420,9 @@ class Timeline:
 
         Entries come in the order of the first instant each serves, then by
         segment id: pieces are visited in time order and a chunk's visible ids
-        are sorted, so no sort is needed.
+        are sorted, so no sort is needed. A chunk served only inside the query
+        answers with its cached entries (built once per change of its visible
+        ids or served pieces), so a long query costs its pieces, not its segments.
         """
         if interval.is_empty():
             return []
@@ -429,25 +431,41 @@ class Timeline:
         i = pieces.bisect_left((qs,))
         if i > 0 and pieces[i - 1][1] > qs:
             i -= 1
-        # Keyed by the id object's identity: each member's SegmentId is one object held by its
-        # chunk, and identity hashing is far cheaper than hashing the dataclass.
-        parts: dict[int, tuple[SegmentId, list[Interval]]] = {}
+        # A chunk's visible segments serve the same parts, so the parts are gathered per chunk, in the
+        # order of its first piece (pieces are disjoint: no two chunks start serving at the same instant).
+        # None: every piece of the chunk lies inside the query, its cached entries are the answer.
+        parts: dict[ChunkKey, list[Interval] | None] = {}
         chunks = self._chunks
         for start, end, key, piece in pieces.islice(i):
             if start >= qe:
                 break
-            sub = piece if qs <= start and end <= qe else Interval(max(start, qs), min(end, qe))
-            for sid in chunks[key].visible_ids:
-                got = parts.get(id(sid))
-                if got is None:
-                    parts[id(sid)] = (sid, [sub])
+            if key in parts:
+                ivs = parts[key]
+                if ivs is None:
                     continue
-                ivs = got[1]
-                if ivs[-1].end == sub.start:
-                    ivs[-1] = Interval(ivs[-1].start, sub.end)
-                else:
-                    ivs.append(sub)
-        return [LookupEntry(sid, tuple(ivs)) for sid, ivs in parts.values()]
+            else:
+                served = chunks[key].served
+                if served[0].start >= qs and served[-1].end <= qe:
+                    parts[key] = None
+                    continue
+                ivs = parts[key] = []
+            sub = piece if qs <= start and end <= qe else Interval(max(start, qs), min(end, qe))
+            if ivs and ivs[-1].end == sub.start:
+                ivs[-1] = Interval(ivs[-1].start, sub.end)
+            else:
+                ivs.append(sub)
+        out: list[LookupEntry] = []
+        for key, ivs in parts.items():
+            chunk = chunks[key]
+            if ivs is None:
+                entries = chunk.entries
+                if entries is None:
+                    entries = chunk.entries = [LookupEntry(sid, chunk.served) for sid in chunk.visible_ids]
+                out += entries
+            else:
+                clipped = tuple(ivs)
+                out += [LookupEntry(sid, clipped) for sid in chunk.visible_ids]
+        return out
 
     def served_pieces(self) -> list[tuple[Interval, tuple[Interval, str]]]:
         """The disjoint pieces of time and the chunk (interval, version) serving each, in time order."""
