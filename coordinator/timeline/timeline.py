@@ -90,9 +90,9 @@ class LookupEntry(NamedTuple):
 class _Chunk:
     """Mutable bookkeeping of one (interval, version); only the Timeline touches it."""
 
-    __slots__ = ("complete", "covered", "entries", "fully_hidden", "higher", "ids", "interval", "key", "members",
-                 "neighbors", "neighbors_epoch", "online", "rank", "resolution", "served", "states", "structure",
-                 "version", "visible_ids")
+    __slots__ = ("candidate", "complete", "covered", "entries", "fully_hidden", "higher", "ids", "interval", "key",
+                 "members", "neighbors", "neighbors_epoch", "online", "rank", "resolution", "served", "states",
+                 "structure", "version", "visible_ids")
 
     def __init__(self, interval: Interval, version: str) -> None:
         self.interval = interval
@@ -106,6 +106,7 @@ class _Chunk:
         self.resolution = _EMPTY
         self.structure: ChunkStructure | None = None  # None: members changed since last resolve
         self.complete = False
+        self.candidate = False  # has a visible segment: may serve where no complete chunk does
         self.visible_ids: tuple[SegmentId, ...] = ()
         self.served: tuple[Interval, ...] = ()
         self.fully_hidden = False
@@ -115,9 +116,6 @@ class _Chunk:
         self.neighbors_epoch = -1
         self.entries: list[LookupEntry] | None = None  # lookup entries of the whole served pieces (cache)
 
-    @property
-    def candidate(self) -> bool:
-        return bool(self.resolution.visible)
 
     def set_member(self, sid: SegmentId, segment: SegmentDescriptor) -> None:
         partition = sid.partition_id
@@ -139,6 +137,7 @@ class _Chunk:
             structure = self.structure = chunk_structure(as_list_form(self.members))
         self.resolution = resolve_structure(structure, self.online)
         visible = self.resolution.visible
+        self.candidate = bool(visible)
         self.complete = bool(visible) and self.online.issuperset(range(structure.core))
         visible_ids = tuple(self.ids[p] for p in sorted(visible))
         if visible_ids != self.visible_ids:
@@ -329,11 +328,22 @@ class Timeline:
                 restate[key] = chunk
         changes: list[StateChange] = []
         state = self._state
-        state_in = self._state_in
         for chunk in restate.values():
             known = chunk.states
+            online = chunk.online
+            res = chunk.resolution
+            hidden, overshadowed, visible = chunk.fully_hidden, res.overshadowed, res.visible
+            served = bool(chunk.served)
             for p, sid in chunk.ids.items():
-                new = state_in(chunk, p)
+                # _state_in, inlined (this loop runs for every member of every restated chunk)
+                if p not in online:
+                    new: SegmentState = "offline"
+                elif hidden or p in overshadowed:
+                    new = "overshadowed"
+                elif served and p in visible:
+                    new = "visible"
+                else:
+                    new = "standby"
                 old = known.get(p, "absent")
                 if new != old:
                     state[sid] = known[p] = new
