@@ -380,9 +380,9 @@ class CoverageTree:
             left = self.origin + index_ * self.leaf
             w = k * (b_ - a_).astype(np.float64)
             dl, dr = k * (a_ - left).astype(np.float64), k * (left + self.leaf - b_).astype(np.float64)
-            fw, hs, c = -np.expm1(-w), _self_vec(w) / 2, c_.astype(np.float64)
+            fw, half_s, c = -np.expm1(-w), _self_vec(w) / 2, c_.astype(np.float64)
             for moment, values in ((lp, c * fw * np.exp(-dr)), (rp, c * fw * np.exp(-dl)), (mass, c * w),
-                                   (fl, c * (fw * -np.expm1(-dl) + hs)), (fr, c * (fw * -np.expm1(-dr) + hs))):
+                                   (fl, c * (fw * -np.expm1(-dl) + half_s)), (fr, c * (fw * -np.expm1(-dr) + half_s))):
                 moment[n:] += np.bincount(index_, weights=values, minlength=n)
         for level in range(1, self.depth + 1):
             lo, hi = n >> level, n >> (level - 1)  # this level's nodes are [lo, hi)
