@@ -58,16 +58,43 @@ I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
 
+class _Ranking:
+    """One sort of an int64 column: the rows in value order, each row's dense rank, and the distinct values."""
+
+    def __init__(self, ys: I64) -> None:
+        self.order = np.argsort(ys, kind="stable")
+        ordered = ys[self.order]
+        new = np.r_[True, ordered[1:] != ordered[:-1]] if len(ys) else np.zeros(0, dtype=bool)
+        self.values = ordered[new]
+        self.rank = np.empty(len(ys), np.int64)
+        self.rank[self.order] = np.cumsum(new) - 1
+
+    def negated(self) -> _Ranking:
+        """The ranking of -ys (reversed; ties stay together)."""
+        out = _Ranking.__new__(_Ranking)
+        out.order, out.values = self.order[::-1].copy(), -self.values[::-1]
+        out.rank = len(self.values) - 1 - self.rank
+        return out
+
+    def by_lane(self, lanes: I64, copies: int = 1) -> I64:
+        """Rows (of ``copies`` stacked copies of the column, lanes given for all of them) sorted by (lane, value);
+        a lane draws its rows from one copy only."""
+        n = len(self.order)
+        in_value_order = np.concatenate([self.order + c * n for c in range(copies)])
+        small = lanes.astype(np.uint16) if len(lanes) and int(lanes.max()) < 1 << 16 else lanes
+        return in_value_order[np.argsort(small[in_value_order], kind="stable")]  # radix sort on small lanes
+
+
 class _RankedKeys:
     """Sorted (lane, y) pairs as one int64 key each, ``lane * (U + 1) + rank(y)``: a per-lane binary search is one
     ``searchsorted`` for any number of lanes, exact for any int64 ``y`` (ranks, not values, enter the key)."""
 
-    def __init__(self, lanes: I64, ys: I64) -> None:
-        """``lanes`` and ``ys`` sorted by (lane, y)."""
+    def __init__(self, lanes: I64, ranks: I64, values: I64) -> None:
+        """``lanes`` and the ``ranks`` of y in ``values`` (sorted, distinct), sorted by (lane, y)."""
         self.lanes = lanes
-        self.values = np.unique(ys)
-        self.stride = len(self.values) + 1
-        self.keys = lanes * self.stride + np.searchsorted(self.values, ys, "left")
+        self.values = values
+        self.stride = len(values) + 1
+        self.keys = lanes * self.stride + ranks
 
     def count_at_most(self, lanes: I64, q: I64) -> I64:
         """The index one past the last (lane, y <= q) of each lane: where that lane's y > q begins."""
@@ -122,12 +149,13 @@ class _DecayedSums:
     last y_i <= q of the lane.
     """
 
-    def __init__(self, lanes: I64, ys: I64, weights: F64, k: float) -> None:
-        order = np.lexsort((ys, lanes))
+    def __init__(self, lanes: I64, ys: I64, weights: F64, k: float, ranking: _Ranking) -> None:
+        """Two stacked copies of a column ``ys`` (ranked by ``ranking``), with their ``lanes`` and weights."""
+        order = ranking.by_lane(lanes, copies=2)
         self.lanes, self.ys = lanes[order], ys[order]
         self.k = k
         self.sums = _decayed_scan(self.lanes, self.ys, np.asarray(weights[order], dtype=np.float64), k)
-        self.search = _RankedKeys(self.lanes, self.ys)
+        self.search = _RankedKeys(self.lanes, np.r_[ranking.rank, ranking.rank][order], ranking.values)
 
     def at(self, lanes: I64, q: I64) -> F64:
         """Σ_{y_j <= q_i} w_j exp(-k (q_i - y_j)) over each lane ``lanes[i]``."""
@@ -172,15 +200,18 @@ class ClusterCostIndex:
         m = len(self.servers)
         all_lanes, same_lanes = self.server_of, m + self.source_of * m + self.server_of
         lanes = np.r_[all_lanes, same_lanes]
-        self._left = _DecayedSums(lanes, np.r_[self.ends, self.ends], np.r_[weights, weights], k)
-        self._right = _DecayedSums(lanes, -np.r_[self.starts, self.starts], np.r_[weights, weights], k)
+        by_start, by_end = _Ranking(self.starts), _Ranking(self.ends)
+        self._left = _DecayedSums(lanes, np.r_[self.ends, self.ends], np.r_[weights, weights], k, by_end)
+        self._right = _DecayedSums(lanes, -np.r_[self.starts, self.starts], np.r_[weights, weights], k,
+                                   by_start.negated())
         # b < 2^c for c the binary exponent of float(b) (rounding is monotone): Y overlaps [s, t) only if y0 > s - 2^c
         length_class = np.frexp((self.ends - self.starts).astype(np.float64))[1].astype(np.int64)
-        self._by_class = np.lexsort((self.starts, length_class))
+        self._by_class = by_start.by_lane(length_class)
         self._classes = np.unique(length_class)
-        self._class_search = _RankedKeys(length_class[self._by_class], self.starts[self._by_class])
-        self._by_server = np.lexsort((self.starts, self.server_of))
-        self._server_search = _RankedKeys(self.server_of[self._by_server], self.starts[self._by_server])
+        self._class_search = _RankedKeys(length_class[self._by_class], by_start.rank[self._by_class], by_start.values)
+        self._by_server = by_start.by_lane(self.server_of)
+        self._server_search = _RankedKeys(self.server_of[self._by_server], by_start.rank[self._by_server],
+                                          by_start.values)
         self._live = np.ones(n, dtype=bool)
         self._removed: list[int] = []
         self._added: list[tuple[int, SegmentDescriptor]] = []
