@@ -96,8 +96,9 @@ class _RankedKeys:
         self.stride = len(values) + 1
         self.keys = lanes * self.stride + ranks
 
-    def count_at_most(self, lanes: I64, q: I64) -> I64:
-        """The index one past the last (lane, y <= q) of each lane: where that lane's y > q begins."""
+    def count_at_most(self, lanes: I64, q: I64 | int) -> I64:
+        """The index one past the last (lane, y <= q) of each lane: where that lane's y > q begins (``q`` one
+        bound per lane, or one for all: then it is ranked once)."""
         rank = np.searchsorted(self.values, q, "right") - 1  # the rank of the largest value <= q (-1: none)
         return np.searchsorted(self.keys, lanes * self.stride + rank, "right")
 
@@ -157,8 +158,8 @@ class _DecayedSums:
         self.sums = _decayed_scan(self.lanes, self.ys, np.asarray(weights[order], dtype=np.float64), k)
         self.search = _RankedKeys(self.lanes, np.r_[ranking.rank, ranking.rank][order], ranking.values)
 
-    def at(self, lanes: I64, q: I64) -> F64:
-        """Σ_{y_j <= q_i} w_j exp(-k (q_i - y_j)) over each lane ``lanes[i]``."""
+    def at(self, lanes: I64, q: int) -> F64:
+        """Σ_{y_j <= q} w_j exp(-k (q - y_j)) over each lane ``lanes[i]``."""
         if len(self.ys) == 0:
             return np.zeros(len(lanes))
         idx = self.search.count_at_most(lanes, q) - 1
@@ -246,8 +247,8 @@ class ClusterCostIndex:
         source = self._source_at.get(segment.data_source, -1)
         servers = np.arange(m, dtype=np.int64)
         lanes = servers if source < 0 else np.r_[servers, m + source * m + servers]
-        left = self._left.at(lanes, np.full(len(lanes), s, np.int64))
-        right = self._right.at(lanes, np.full(len(lanes), -t, np.int64))
+        left = self._left.at(lanes, s)
+        right = self._right.at(lanes, -t)
         far = left + right
         if source >= 0:
             far = far[:m] + (factor - 1.0) * far[m:]
@@ -280,7 +281,7 @@ class ClusterCostIndex:
             return np.zeros(0, np.int64)
         lower = np.array([max(s - (1 << c), -(1 << 63)) for c in self._classes.tolist()], np.int64)
         first = self._class_search.count_at_most(self._classes, lower)
-        stop = self._class_search.count_at_most(self._classes, np.full(len(lower), t - 1, np.int64))
+        stop = self._class_search.count_at_most(self._classes, t - 1)
         lengths = stop - first
         total = int(lengths.sum())
         if total == 0:
