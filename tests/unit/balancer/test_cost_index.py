@@ -123,16 +123,18 @@ def test_cheapest_agrees_with_the_per_server_caches() -> None:
 
 
 def test_the_decayed_scan_matches_its_definition() -> None:
+    """Over 64² points, so the blocks' carries are themselves scanned in blocks (two levels)."""
+    n = 6000
     rng = np.random.default_rng(71)
-    lanes = np.sort(rng.integers(0, 7, 500)).astype(np.int64)
-    ys = np.zeros(500, np.int64)
-    for lane in range(7):
+    lanes = np.sort(rng.integers(0, 3, n)).astype(np.int64)
+    ys = np.zeros(n, np.int64)
+    for lane in range(3):
         at = lanes == lane
         ys[at] = np.sort(rng.integers(-10**10, 10**10, int(at.sum())))
-    w, k = rng.random(500), 3e-9
+    w, k = rng.random(n), 3e-9
     got = _decayed_scan(lanes, ys, w, k)
-    for i in range(0, 500, 7):
-        same = (lanes == lanes[i]) & (np.arange(500) <= i)
+    for i in range(0, n, 37):
+        same = (lanes == lanes[i]) & (np.arange(n) <= i)
         ref = float(np.sum(w[same] * np.exp(-k * (ys[i] - ys[same]).astype(np.float64))))
         assert got[i] == pytest.approx(ref, rel=1e-13)
 
