@@ -15,7 +15,7 @@
   those 300 caches' build time).
 
 Run: ``.venv/bin/python -m bench.cost`` (``--quick`` stops at N = 1e5 and 30 servers;
-``--only choose|queries|updates`` runs one section).
+``--only choose|queries|updates`` runs one section, ``--sizes N,N`` sets the query sizes).
 """
 
 from __future__ import annotations
@@ -155,11 +155,15 @@ def choose_server(servers: int, total: int, per_server_caches: bool = True) -> N
 
 
 def main() -> None:
-    """``--quick``: smaller sizes; ``--only choose|queries|updates``: one section."""
+    """``--quick``: smaller sizes; ``--only choose|queries|updates``: one section; ``--sizes 1000,1000000``: the
+    query section's server sizes."""
     quick = "--quick" in sys.argv
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    sizes = [1_000, 10_000, 100_000] if quick else [1_000, 10_000, 100_000, 1_000_000]
+    if "--sizes" in sys.argv:
+        sizes = [int(n) for n in sys.argv[sys.argv.index("--sizes") + 1].split(",")]
     if only in (None, "queries"):
-        queries([1_000, 10_000, 100_000] if quick else [1_000, 10_000, 100_000, 1_000_000])
+        queries(sizes)
     if only in (None, "updates"):
         updates(100_000 if quick else 1_000_000)
     if only in (None, "choose"):
