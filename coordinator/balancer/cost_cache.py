@@ -57,11 +57,15 @@ class ServerCostCache:
     def segment_ids(self) -> list[SegmentId]:
         return list(self._held)
 
-    def _tree(self, data_source: str) -> CoverageTree:
+    def _tree(self, data_source: str, bulk: bool = False) -> CoverageTree:
+        """The data source's tree; a new one is pre-sized to the server's window, except for a bulk load,
+        where :meth:`CoverageTree.add_many` sizes its grid to the data (a data source holds a fraction of
+        the server's segments: pre-sizing it on the server's grid allocated, then dropped, a grid as fine
+        as the server's, 12 of 45 s of building 10 servers' caches)."""
         tree = self._by_source.get(data_source)
         if tree is None:
-            tree = self._by_source[data_source] = CoverageTree(self._lam, self._leaf, self._window or (
-                self._all.window if self._all.depth >= 0 else None))
+            window = None if bulk else self._window or (self._all.window if self._all.depth >= 0 else None)
+            tree = self._by_source[data_source] = CoverageTree(self._lam, self._leaf, window)
         return tree
 
     def add(self, segment: SegmentDescriptor) -> None:
@@ -78,8 +82,9 @@ class ServerCostCache:
         """Hold many segments, with one rebuild of each tree (the fast way to load a server)."""
         fresh: dict[SegmentId, SegmentDescriptor] = {}
         for s in segments:
-            if s.id not in self._held and s.id not in fresh:
-                fresh[s.id] = s
+            sid = s.id  # built on each access: once per segment
+            if sid not in self._held and sid not in fresh:
+                fresh[sid] = s
         by_source: dict[str, tuple[list[int], list[int]]] = {}
         for s in fresh.values():
             starts, ends = by_source.setdefault(s.data_source, ([], []))
@@ -87,7 +92,7 @@ class ServerCostCache:
             ends.append(s.interval.end)
         self._all.add_many([s.interval.start for s in fresh.values()], [s.interval.end for s in fresh.values()])
         for source, (starts, ends) in by_source.items():
-            self._tree(source).add_many(starts, ends)
+            self._tree(source, bulk=True).add_many(starts, ends)
         self._held.update(fresh)
         self.size_bytes += sum(s.size for s in fresh.values())
 
