@@ -49,7 +49,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-
 from coordinator.balancer.cost_cache import ServerCostCache
 from coordinator.balancer.strategy import TIE_TOLERANCE, num_best_servers
 from coordinator.placement.state import PlacementState
