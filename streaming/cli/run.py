@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from coordinator.placement.liveness import DEFAULT_SERVER_TIMEOUT_MS
 from streaming import config
 from streaming.cli.common import CliError, add_kafka, broker, topics
 
@@ -20,6 +21,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     tps = topics(args)
     address = args.bootstrap or os.environ.get("SEGCOORD_BOOTSTRAP")
+    if args.server_timeout_millis <= 0:
+        raise CliError(f"--server-timeout-millis: must be a positive number of ms, got {args.server_timeout_millis}")
     if args.plan_every <= 0:
         raise CliError(f"--plan-every: must be a positive number of seconds, got {args.plan_every}")
     http = None
@@ -48,7 +51,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         return run_service(address, tps, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
                            balancing=args.balancer == "planner", incremental=args.planner == "incremental",
-                           http=http, balancer_alive=None if spark_balancer is None
+                           http=http, server_timeout_ms=args.server_timeout_millis,
+                           balancer_alive=None if spark_balancer is None
                            else (lambda: spark_balancer.poll() is None))
     except StateStoreError as e:
         raise CliError(f"--state-dir: {e}") from None
@@ -85,6 +89,9 @@ def register(sub: Any) -> None:
                           "coordinator port is 8081: 127.0.0.1:8081)")
     run.add_argument("--plan-every", type=float, default=5.0, metavar="SECONDS",
                      help="the planner's timer period; it also plans at once on every relevant event (default 5)")
+    run.add_argument("--server-timeout-millis", type=int, default=DEFAULT_SERVER_TIMEOUT_MS, metavar="MS",
+                     help=f"a historical not heard of (heartbeat, announce) for this long is decided lost: "
+                          f"server_lost on cluster, its segments unannounced (default {DEFAULT_SERVER_TIMEOUT_MS})")
     run.add_argument("--planner", choices=("incremental", "full"), default="incremental",
                      help="incremental (default): an event plans the segments it touched, a timer run balances and "
                           "looks at everything every 15 min; full: every run looks at every segment (the reference)")

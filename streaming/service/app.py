@@ -311,7 +311,8 @@ def _exit_after_grace(signal_name: str) -> None:
 
 def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: str = "info",
                 plan_every_s: float = PLAN_EVERY_S, balancing: bool = True, incremental: bool = True,
-                http: tuple[str, int] | None = None, balancer_alive: Callable[[], bool] | None = None) -> int:
+                http: tuple[str, int] | None = None, balancer_alive: Callable[[], bool] | None = None,
+                server_timeout_ms: int = planner_mod.DEFAULT_SERVER_TIMEOUT_MS) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
     (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`)."""
     import faust
@@ -356,7 +357,8 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         print(f"lockbox agent: {lockbox.counters_restored} requests restored, resuming from "
               f"{_resume_text(lockbox.next_offsets())}"
               f"{' (store wiped: older format)' if lb_store.wiped else ''}", flush=True)
-        planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental)
+        planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental,
+                               server_timeout_ms=server_timeout_ms)
         print(f"planner agent: {len(planner.state.servers)} servers, {len(planner.state.used)} used segments, "
               f"{len(planner.state.queue)} commands in flight restored; resuming from "
               f"{_resume_text(planner.next_offsets())}"
