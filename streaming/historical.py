@@ -41,7 +41,7 @@ segment, and is abandoned (the copy stays) if the target refuses that load.
   announce is read back, and after a crash between load and announce the disk and the log
   differ), the commands it answered (its own answers' causation ids, and the loads it refused by
   command id; a consumer's record of what it already did, so a restart answers nothing twice),
-  and its load queue. This is not a second copy of the coordinator fold: it is the
+  and its load queue. (Bad records it skips: the worker's agents dead-letter them, once.) This is not a second copy of the coordinator fold: it is the
   other side of it, the historical's, which the fold learns from through the announces; on start
   it is seeded from the fold (``view.held`` of this server), then only the server changes it.
   ``move_targets`` pairs a move's drop half with its load half's server (the command protocol);
@@ -328,9 +328,9 @@ class Historical:
     # -- running ----------------------------------------------------------------------
     def _catch_up(self) -> None:
         consumer = EventConsumer(self.bootstrap, self.topics, f"segcoord-historical-{self.name}-{uuid.uuid4().hex}",
-                                 [SEGMENTS, CLUSTER])
+                                 [SEGMENTS, CLUSTER], dead_letter=False)
         try:
-            for record in consumer.until_idle(idle_timeout=1.0):
+            for record in consumer.until_end(idle_timeout=1.0):  # heartbeats never let the log go idle
                 self._observe(record)
         finally:
             consumer.close()
@@ -346,7 +346,7 @@ class Historical:
         self._live = True
         self._come_back()
         consumer = EventConsumer(self.bootstrap, self.topics, f"segcoord-historical-{self.name}-{uuid.uuid4().hex}",
-                                 [COMMANDS, SEGMENTS, CLUSTER])
+                                 [COMMANDS, SEGMENTS, CLUSTER], dead_letter=False)
         try:
             wait: float | None = None
             beat_due = 0.0
