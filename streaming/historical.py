@@ -41,9 +41,10 @@ segment, and is abandoned (the copy stays) if the target refuses that load.
   announce is read back, and after a crash between load and announce the disk and the log
   differ), the commands it answered (its own answers' causation ids, and the loads it refused by
   command id; a consumer's record of what it already did, so a restart answers nothing twice),
-  and its load queue. (Bad records it skips: the worker's agents dead-letter them, once.) This is not a second copy of the coordinator fold: it is the
+  and its load queue. This is not a second copy of the coordinator fold: it is the
   other side of it, the historical's, which the fold learns from through the announces; on start
-  it is seeded from the fold (``view.held`` of this server), then only the server changes it.
+  it is seeded from its own announces and unannounces, then only the server changes it.
+  Bad records it skips and counts: the worker's agents dead-letter them, once.
   ``move_targets`` pairs a move's drop half with its load half's server (the command protocol);
   whether that server holds the segment is the fold's.
 
