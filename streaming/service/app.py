@@ -17,11 +17,12 @@ offset committed in Kafka). A seek made from the public hooks
 (``app.on_partitions_assigned``, ``on_rebalance_complete``) is therefore
 overwritten whenever the group has a committed offset (checked on the real
 broker: a seek to 5 in the signal, a committed 15, the agent got 15, 16, 17).
-So :func:`_position_from_store` replaces the consumer's ``seek_to_committed``
-(the one method ``perform_seek`` asks) with a seek to the offsets in RocksDB of
-the agent owning each assigned topic, or to the beginning of partitions never
-applied. That is the only Faust
-internal touched. Faust's own Kafka offset commits still happen but are never
+So :func:`~streaming.service.faust_patches.position_from_store` replaces the consumer's
+``seek_to_committed`` (the one method ``perform_seek`` asks) with a seek to the offsets in
+RocksDB of the agent owning each assigned topic, or to the beginning of partitions never
+applied. Every Faust / aiokafka internal the service touches is patched in
+:mod:`streaming.service.faust_patches`, which checks the pinned versions on import.
+Faust's own Kafka offset commits still happen but are never
 read: RocksDB holds the offsets that count (one write batch with the state).
 
 Other settings and why: no tables (``memory://`` store, no changelogs; Faust's
@@ -57,9 +58,12 @@ from typing import Any, Protocol
 
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, Topics
 from streaming.producer import EventProducer
+from streaming.service import faust_patches
 from streaming.service import lockbox_agent as lockbox_mod
 from streaming.service import planner_agent as planner_mod
 from streaming.service import timeline_agent as timeline_mod
+from streaming.service.faust_patches import position_from_store as _position_from_store
+from streaming.service.faust_patches import short_fetch_wait as _short_fetch_wait
 from streaming.service.heap import FrozenHeap
 from streaming.service.intake import InputRecord
 from streaming.service.lockbox_agent import LockboxAgent
@@ -71,7 +75,7 @@ log = logging.getLogger("segcoord.service")
 
 BATCH_MAX = 1000
 BATCH_WITHIN_S = 0.01
-FETCH_MAX_WAIT_MS = 10
+FETCH_MAX_WAIT_MS = faust_patches.FETCH_MAX_WAIT_MS  # kept here for the readers that import it
 EXIT_AGENT_FAILED = 70
 PLAN_EVERY_S = 5.0
 
@@ -137,25 +141,6 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     _position_from_store(app, stored)
     _short_fetch_wait(app)
     return app
-
-
-def _short_fetch_wait(app: Any) -> None:
-    """Make the worker's fetches return within ``FETCH_MAX_WAIT_MS`` when no data is there, not Faust's 1.5 s.
-
-    aiokafka leaves a partition out of the next fetch while records of it are still buffered, and Faust
-    builds its consumer with a hard-coded ``fetch_max_wait_ms=1500``: a record arriving on such a partition
-    then waits for the in-flight long poll of the other partitions, up to 1.5 s (measured: p50 0.6 s,
-    p99 1.7 s from produce to visibility). Faust has no setting for it, so the one factory method that
-    builds the aiokafka consumer is wrapped on this app's consumer thread."""
-    thread = app.consumer._thread
-    build = thread._create_worker_consumer
-
-    def build_with_short_wait(transport: Any) -> Any:
-        consumer = build(transport)
-        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
-        return consumer
-
-    thread._create_worker_consumer = build_with_short_wait
 
 
 def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor,
@@ -225,31 +210,6 @@ def _lag(app: Any, positions: dict[Any, int]) -> int | None:
         if high is not None:
             total += max(0, high - position)
     return total
-
-
-def _position_from_store(app: Any, stored: dict[str, list[StoredOffsets]]) -> None:
-    """Make Faust's post-assignment seek go to the stored offsets (or the beginning), not Kafka's commits.
-
-    ``stored`` maps each input topic to the stored next offsets of every agent reading it; a partition is
-    positioned at the lowest of them (the beginning when any agent never applied it)."""
-    consumer = app.consumer
-
-    async def seek_to_stored() -> dict[Any, int]:
-        offsets = {topic: [read() for read in readers] for topic, readers in stored.items()}
-        positions: dict[Any, int] = {}
-        for tp in sorted(consumer.assignment()):
-            if tp.topic not in offsets:
-                continue
-            known = [agent_offsets.get((tp.topic, tp.partition)) for agent_offsets in offsets[tp.topic]]
-            offset = None if any(o is None for o in known) else min(o for o in known if o is not None)
-            if offset is None:
-                offset = (await consumer.earliest_offsets(tp))[tp]
-            await consumer._seek(tp, offset)
-            positions[tp] = offset
-        log.info("positioned from the state stores: %s", positions)
-        return positions
-
-    consumer.seek_to_committed = seek_to_stored
 
 
 def _resume_text(offsets: dict[tuple[str, int], int]) -> str:
