@@ -12,6 +12,7 @@ from typing import Any
 from coordinator.placement.liveness import DEFAULT_SERVER_TIMEOUT_MS
 from streaming import config
 from streaming.cli.common import CliError, add_kafka, broker, topics
+from streaming.service.state import AppliedWindow
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -23,6 +24,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     address = args.bootstrap or os.environ.get("SEGCOORD_BOOTSTRAP")
     if args.server_timeout_millis <= 0:
         raise CliError(f"--server-timeout-millis: must be a positive number of ms, got {args.server_timeout_millis}")
+    try:
+        window = AppliedWindow(args.dedupe_window_ids, args.dedupe_window_ms)
+    except ValueError as e:
+        raise CliError(f"--dedupe-window-ids / --dedupe-window-ms: {e}") from None
     if args.plan_every <= 0:
         raise CliError(f"--plan-every: must be a positive number of seconds, got {args.plan_every}")
     http = None
@@ -51,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         return run_service(address, tps, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
                            balancing=args.balancer == "planner", incremental=args.planner == "incremental",
-                           http=http, server_timeout_ms=args.server_timeout_millis,
+                           http=http, server_timeout_ms=args.server_timeout_millis, applied_window=window,
                            balancer_alive=None if spark_balancer is None
                            else (lambda: spark_balancer.poll() is None))
     except StateStoreError as e:
@@ -92,6 +97,12 @@ def register(sub: Any) -> None:
     run.add_argument("--server-timeout-millis", type=int, default=DEFAULT_SERVER_TIMEOUT_MS, metavar="MS",
                      help=f"a historical not heard of (heartbeat, announce) for this long is decided lost: "
                           f"server_lost on cluster, its segments unannounced (default {DEFAULT_SERVER_TIMEOUT_MS})")
+    run.add_argument("--dedupe-window-ids", type=int, default=AppliedWindow().max_ids, metavar="N",
+                     help="each agent remembers the ids of at most this many applied input events to drop "
+                          f"duplicates (default {AppliedWindow().max_ids:,}; see docs/liveness.md)")
+    run.add_argument("--dedupe-window-ms", type=int, default=AppliedWindow().max_age_ms, metavar="MS",
+                     help="... and only those written to the log within this long of the newest "
+                          f"(default {AppliedWindow().max_age_ms} = 7 days)")
     run.add_argument("--planner", choices=("incremental", "full"), default="incremental",
                      help="incremental (default): an event plans the segments it touched, a timer run balances and "
                           "looks at everything every 15 min; full: every run looks at every segment (the reference)")

@@ -68,7 +68,7 @@ from streaming.service.heap import FrozenHeap
 from streaming.service.intake import InputRecord
 from streaming.service.lockbox_agent import LockboxAgent
 from streaming.service.planner_agent import PlannerAgent
-from streaming.service.state import AgentStateStore
+from streaming.service.state import AgentStateStore, AppliedWindow
 from streaming.service.timeline_agent import TimelineAgent
 
 log = logging.getLogger("segcoord.service")
@@ -272,7 +272,8 @@ def _exit_after_grace(signal_name: str) -> None:
 def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: str = "info",
                 plan_every_s: float = PLAN_EVERY_S, balancing: bool = True, incremental: bool = True,
                 http: tuple[str, int] | None = None, balancer_alive: Callable[[], bool] | None = None,
-                server_timeout_ms: int = planner_mod.DEFAULT_SERVER_TIMEOUT_MS) -> int:
+                server_timeout_ms: int = planner_mod.DEFAULT_SERVER_TIMEOUT_MS,
+                applied_window: AppliedWindow | None = None) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
     (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`)."""
     import faust
@@ -295,11 +296,11 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         if sock is not None:
             stack.callback(sock.close)
         tl_store = stack.enter_context(AgentStateStore(state_dir / timeline_mod.STORE_NAME,
-                                                       timeline_mod.FORMAT_VERSION))
+                                                       timeline_mod.FORMAT_VERSION, applied_window))
         lb_store = stack.enter_context(AgentStateStore(state_dir / lockbox_mod.STORE_NAME,
-                                                       lockbox_mod.FORMAT_VERSION))
+                                                       lockbox_mod.FORMAT_VERSION, applied_window))
         pl_store = stack.enter_context(AgentStateStore(state_dir / planner_mod.STORE_NAME,
-                                                       planner_mod.FORMAT_VERSION))
+                                                       planner_mod.FORMAT_VERSION, applied_window))
         # librdkafka's log lines through Python logging, so broker outages are summarized (streaming.logs)
         kafka_log = {"logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
         tl_producer = EventProducer(bootstrap, topics, extra=kafka_log)

@@ -227,7 +227,7 @@ class PlannerAgent:
                     c.emitted += 1
             if logical == COMMANDS:
                 continue  # the log's copy of a command: folded, never a trigger (it was planned already)
-            batch.mark_applied(env.event_id)
+            batch.mark_applied(env.event_id, rec.timestamp_ms)
             touched.merge(t)
             if t.trigger:
                 trigger = (("planner:" + rec.topic, rec.partition, rec.offset), env.event_id)
