@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,21 +43,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / tps.prefix.rstrip(".")
     print(f"segcoord run: timeline, lockbox and planner agents on {address}, topics {tps.prefix}*, "
           f"state {state_dir}", flush=True)
-    spark_balancer = None
+    supervisor = None
     if args.balancer == "spark":
+        from streaming.balancer.supervisor import BalancerSupervisor
+
         command = [sys.executable, "-m", "streaming.cli", "balancer", "run", "--bootstrap", address,
                    "--topic-prefix", tps.prefix, "--checkpoint", str(state_dir / "balancer-checkpoint")]
         for tier in args.balancer_tier or ():
             command += ["--tier", tier]
-        spark_balancer = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-        print(f"segcoord run: Spark balancer started (pid {spark_balancer.pid}); the planner agent leaves the "
-              f"balancing stages to it", flush=True)
+        supervisor = BalancerSupervisor(command).start()
+        assert supervisor.proc is not None
+        print(f"segcoord run: Spark balancer started (pid {supervisor.proc.pid}); the planner agent leaves the "
+              f"balancing stages to it while it runs (restarted with backoff when its query dies)", flush=True)
     try:
         return run_service(address, tps, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
                            balancing=args.balancer == "planner", incremental=args.planner == "incremental",
                            http=http, server_timeout_ms=args.server_timeout_millis, applied_window=window,
-                           balancer_alive=None if spark_balancer is None
-                           else (lambda: spark_balancer.poll() is None))
+                           balancer=supervisor)
     except StateStoreError as e:
         raise CliError(f"--state-dir: {e}") from None
     except OSError as e:
@@ -66,19 +67,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise
         raise CliError(f"--http {args.http}: {e.strerror or e}") from None
     finally:
-        if spark_balancer is not None:
-            _stop_child(spark_balancer)
-
-
-def _stop_child(child: subprocess.Popen[bytes]) -> None:
-    """SIGTERM a child process, then SIGKILL it if it has not ended within 30 s."""
-    if child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(30)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(10)
+        if supervisor is not None:
+            supervisor.stop()
 
 
 def register(sub: Any) -> None:

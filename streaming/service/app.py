@@ -273,9 +273,11 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                 plan_every_s: float = PLAN_EVERY_S, balancing: bool = True, incremental: bool = True,
                 http: tuple[str, int] | None = None, balancer_alive: Callable[[], bool] | None = None,
                 server_timeout_ms: int = planner_mod.DEFAULT_SERVER_TIMEOUT_MS,
-                applied_window: AppliedWindow | None = None) -> int:
+                applied_window: AppliedWindow | None = None, balancer: Any = None) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
-    (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`)."""
+    (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`). With
+    ``balancer`` (a :class:`~streaming.balancer.supervisor.BalancerSupervisor`) its health is reported and, when
+    it gives up, the planner agent balances again."""
     import faust
 
     from streaming.logs import LIBRDKAFKA_LOGGER
@@ -327,6 +329,9 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
               f"{'' if balancing else ', balancing left to the Spark balancer'}"
               f"{'' if incremental else ', full runs only'}",
               flush=True)
+        if balancer is not None:
+            balancer_alive = balancer.health
+            balancer.on_give_up = lambda: setattr(planner, "balancing", True)
         sys.setswitchinterval(PLANNER_GIL_SLICE_S)
         heap = FrozenHeap()
         heap.start()  # the restored state is frozen out of the collector's scans
