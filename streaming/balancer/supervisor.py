@@ -94,6 +94,8 @@ class BalancerSupervisor:
                 self._restart_at = None
                 self.restarts += 1
                 self._spawn()
+                assert self.proc is not None
+                print(f"segcoord run: Spark balancer restarted (pid {self.proc.pid})", flush=True)
 
     def _spawn(self) -> None:
         self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL)
