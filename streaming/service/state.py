@@ -18,26 +18,27 @@ Invariants:
   ``close``), so :meth:`close` always releases the lock.
 
 - **Bounded dedupe window.** The applied event ids are kept for a window, not for
-  ever: the newest ``AppliedWindow.max_ids`` (default 1,000,000) and, of those, the
-  ones whose event time is within ``AppliedWindow.max_age_ms`` (default 7 days) of the
-  newest applied (the time a record was written to the log, its Kafka timestamp: the
-  producers' clock, never an event's own ``occurred_at``, which a backfill may set to
-  any time). Older ids are deleted in the same write batch that adds new ones, so
-  the store's id count never exceeds ``max_ids``. *Why that is safe:* an id is looked
-  up only for a record at or above the stored offset of its partition (records below
-  it are skipped by offset, whatever their id), so the set only has to catch the same
-  event arriving again at a *new* position: a producer retry, or a writer re-sending
-  after its own crash. Both follow the original within seconds to minutes (a writer's
-  retry budget and restart time), far inside 7 days and far inside a million newer
-  events; an id older than the window can only come back from a replay that the stored
-  offsets already cover.
+  ever: at most ``AppliedWindow.max_ids`` (default 1,000,000), and not past
+  ``AppliedWindow.max_age_ms`` (default 7 days) of log time (the record's Kafka
+  timestamp: the producers' clock, never an event's own ``occurred_at``, which a
+  backfill may set to any time) behind the newest applied. Ids are written into
+  *generations* of ``max_ids / GENERATIONS`` ids each (two); when the ids stored exceed
+  ``max_ids``, or the newest id of the oldest generation is older than the age, that
+  whole generation goes with one range delete in the commit's own write batch. So a
+  commit writes one key per id (as before the window) and forgetting costs O(1); a
+  lookup asks each live generation (at most ``GENERATIONS + 1``; a bloom filter keeps misses cheap). *Why forgetting is
+  safe:* an id is looked up only for a record at or above the stored offset of its
+  partition (records below it are skipped by offset, whatever their id), so the set
+  only has to catch the same event arriving again at a *new* position: a producer
+  retry, or a writer re-sending after its own crash. Both follow the original within
+  seconds to minutes, far inside 7 days and a million newer events; an id older than
+  the window can only come back from a replay that the stored offsets already cover.
 
 Key layout (bytes): ``meta/format``; ``offset/<topic>\\x00<partition>`` -> next
-offset to read (decimal text); ``applied/<event id>`` -> its log time (decimal);
-``appliedat/<log time, 16 digits>/<event id>`` -> empty (the window's index, oldest
-first); ``meta/applied-window`` -> ``"<ids in the window> <newest log time>"``; agent
-data under ``data/``, laid out by the agent. The stored format marker is the agent's format
-plus :data:`LAYOUT` (a store of another layout is rebuilt).
+offset to read (decimal text); ``applied/<generation, 8 digits>/<event id>`` -> empty;
+``meta/applied-window`` -> JSON ``[[generation, ids, newest log time], ...]``, oldest
+first; agent data under ``data/``, laid out by the agent. The stored format marker is
+the agent's format plus :data:`LAYOUT` (a store of another layout is rebuilt).
 """
 
 from __future__ import annotations
@@ -46,14 +47,18 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
 FORMAT_KEY = b"meta/format"
 OFFSET_PREFIX = b"offset/"
 APPLIED_PREFIX = b"applied/"
-APPLIED_AT_PREFIX = b"appliedat/"
 WINDOW_KEY = b"meta/applied-window"
-LAYOUT = "+applied-window/1"
+LAYOUT = "+applied-window/2"
+GENERATIONS = 2
+DATA_PREFIX = b"data/"
+
+TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +73,8 @@ class AppliedWindow:
             raise ValueError(f"applied-id window: max_ids and max_age_ms must be positive, got {self}")
 
 
-def _at_key(at: int, event_id: str) -> bytes:
-    return APPLIED_AT_PREFIX + f"{max(at, 0):016d}/".encode() + event_id.encode()
-DATA_PREFIX = b"data/"
-
-TopicPartition = tuple[str, int]
+def _gen_prefix(gen: int) -> bytes:
+    return APPLIED_PREFIX + f"{gen:08d}/".encode()
 
 
 class StateStoreError(RuntimeError):
@@ -88,6 +90,7 @@ def _options() -> Options:
     opts.set_max_write_buffer_number(2)
     table = BlockBasedOptions()
     table.set_block_cache(Cache(16 * 1024 * 1024))
+    table.set_bloom_filter(10, False)  # a duplicate check of a fresh id asks every generation: misses stay cheap
     opts.set_block_based_table_factory(table)
     return opts
 
@@ -122,11 +125,10 @@ class StoreBatch:
     def applied(self, event_id: str) -> bool:
         return event_id in self._applied
 
-    def _write_batch(self, newest: int) -> WriteBatch:
-        for event_id, at in sorted(self._applied.items()):
-            when = newest if at is None else at
-            self._batch.put(APPLIED_PREFIX + event_id.encode(), str(when).encode())
-            self._batch.put(_at_key(when, event_id), b"")
+    def _write_batch(self, gen: int) -> WriteBatch:
+        prefix = _gen_prefix(gen)
+        for event_id in sorted(self._applied):
+            self._batch.put(prefix + event_id.encode(), b"")
         for (topic, partition), offset in sorted(self.offsets.items()):
             self._batch.put(_offset_key(topic, partition), str(offset).encode())
         return self._batch
@@ -151,9 +153,10 @@ class AgentStateStore:
                 self.wiped = True
                 self._db = self._open()
             self._db.put(FORMAT_KEY, format_version.encode())
-        window_meta = self._db.get(WINDOW_KEY)  # "<ids in the window> <newest log time>", kept by every commit
-        count, newest = (0, 0) if window_meta is None else map(int, bytes(window_meta).split())
-        self.applied_count, self.newest_applied_at = count, newest
+        window_meta = self._db.get(WINDOW_KEY)  # kept by every commit
+        # [generation, ids, newest log time], oldest first; the last one is written to
+        self._gens: list[list[int]] = [[0, 0, 0]] if window_meta is None else orjson.loads(bytes(window_meta))
+        self._prefixes = [_gen_prefix(g) for g, _, _ in reversed(self._gens)]  # newest first
 
     def _open(self) -> Rdict:
         try:
@@ -179,11 +182,22 @@ class AgentStateStore:
         return out
 
     def applied(self, event_id: str) -> bool:
-        """Whether an input event with this id was applied by a committed batch."""
-        return self._db.get(APPLIED_PREFIX + event_id.encode()) is not None
+        """Whether an input event with this id was applied by a committed batch (and is still in the window)."""
+        raw = event_id.encode()
+        get = self._db.get
+        return any(get(p + raw) is not None for p in self._prefixes)
 
     def applied_ids(self) -> set[str]:
-        return {k[len(APPLIED_PREFIX):].decode() for k, _ in self.scan_raw(APPLIED_PREFIX)}
+        return {k[len(APPLIED_PREFIX) + 9:].decode() for k, _ in self.scan_raw(APPLIED_PREFIX)}
+
+    @property
+    def applied_count(self) -> int:
+        """Ids in the window now."""
+        return sum(n for _, n, _ in self._gens)
+
+    @property
+    def newest_applied_at(self) -> int:
+        return max(at for _, _, at in self._gens)
 
     def get(self, key: bytes) -> bytes | None:
         value = self._db.get(DATA_PREFIX + key)
@@ -214,38 +228,25 @@ class AgentStateStore:
         return StoreBatch()
 
     def commit(self, batch: StoreBatch) -> None:
-        """Write the whole batch atomically (state, offsets and applied ids together, and the ids that fell out of
-        the window deleted)."""
-        fresh = [(e, at) for e, at in batch._applied.items() if not self.applied(e)]
-        batch._applied = dict(fresh)
-        newest = max([self.newest_applied_at, *(at for _, at in fresh if at is not None)])
-        write = batch._write_batch(newest)
-        count = self.applied_count + len(fresh)
-        count -= self._expire(write, count, newest - self.window.max_age_ms)
-        write.put(WINDOW_KEY, f"{count} {newest}".encode())
+        """Write the whole batch atomically (state, offsets and applied ids together, and the generations of ids
+        that fell out of the window deleted)."""
+        gens = [list(g) for g in self._gens]
+        newest = max([self.newest_applied_at, *(at for at in batch._applied.values() if at is not None)])
+        current = gens[-1]
+        write = batch._write_batch(current[0])
+        if batch._applied:  # callers mark only ids not applied yet (intake.seen)
+            current[1] += len(batch._applied)
+            current[2] = newest
+            if current[1] >= max(1, self.window.max_ids // GENERATIONS):
+                gens.append([current[0] + 1, 0, newest])
+        while len(gens) > 1 and (sum(n for _, n, _ in gens) > self.window.max_ids
+                                 or gens[0][2] < newest - self.window.max_age_ms):
+            gone = gens.pop(0)[0]
+            write.delete_range(_gen_prefix(gone), _gen_prefix(gone + 1))
+        write.put(WINDOW_KEY, orjson.dumps(gens))
         self._db.write(write)
-        self.applied_count, self.newest_applied_at = count, newest
-
-    def _expire(self, write: WriteBatch, count: int, older_than: int) -> int:
-        """Delete (in ``write``) the oldest ids beyond ``max_ids`` and those older than ``older_than``; how many."""
-        gone = 0
-        it = self._db.iter()
-        try:
-            it.seek(APPLIED_AT_PREFIX)
-            while it.valid():
-                key = bytes(it.key())
-                if not key.startswith(APPLIED_AT_PREFIX):
-                    break
-                at_text, _, event_id = key[len(APPLIED_AT_PREFIX):].partition(b"/")
-                if count - gone <= self.window.max_ids and int(at_text) >= older_than:
-                    break
-                write.delete(key)
-                write.delete(APPLIED_PREFIX + event_id)
-                gone += 1
-                it.next()
-        finally:
-            del it
-        return gone
+        self._gens = gens
+        self._prefixes = [_gen_prefix(g) for g, _, _ in reversed(gens)]
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

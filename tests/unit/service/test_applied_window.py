@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from streaming.service.state import APPLIED_AT_PREFIX, APPLIED_PREFIX, AgentStateStore, AppliedWindow
+from streaming.service.state import APPLIED_PREFIX, AgentStateStore, AppliedWindow
 
 
-def _stored(store: AgentStateStore) -> tuple[int, int]:
-    return len(store.scan_raw(APPLIED_PREFIX)), len(store.scan_raw(APPLIED_AT_PREFIX))
+def _stored(store: AgentStateStore) -> int:
+    return len(store.scan_raw(APPLIED_PREFIX))
 
 
 def test_a_long_run_keeps_the_store_flat_at_the_count_window(tmp_path: Path) -> None:
@@ -29,18 +29,18 @@ def test_a_long_run_keeps_the_store_flat_at_the_count_window(tmp_path: Path) -> 
             batch.set_offset("t", 0, (b + 1) * 100)
             store.commit(batch)
             sizes.append(_stored(store))
-        assert max(n for n, _ in sizes[5:]) <= 500 and sizes[-1] == (500, 500)
-        assert store.applied("e199-99") and store.applied("e195-0") and not store.applied("e0-0")
-        assert store.applied_count == 500
+        assert max(sizes) <= 500 and min(sizes[10:]) >= 300  # flat: between 3/5 and all of the window
+        assert store.applied("e199-99") and store.applied("e197-0") and not store.applied("e0-0")
+        assert store.applied_count == sizes[-1]
     with AgentStateStore(tmp_path / "s", "test/1", window) as store:  # the window survives a reopen
-        assert store.applied_count == 500 and _stored(store) == (500, 500)
+        assert store.applied_count == sizes[-1] == _stored(store)
         assert store.offsets() == {("t", 0): 20_000}
 
 
-def test_ids_older_than_the_time_window_are_forgotten_recent_ones_kept(tmp_path: Path) -> None:
-    window = AppliedWindow(max_ids=10**6, max_age_ms=60_000)
+def test_generations_older_than_the_time_window_are_forgotten_recent_ones_kept(tmp_path: Path) -> None:
+    window = AppliedWindow(max_ids=3, max_age_ms=60_000)  # one id per generation, never too many: age decides
     with AgentStateStore(tmp_path / "s", "test/1", window) as store:
-        for at, name in ((1_000_000, "old"), (1_050_000, "mid"), (1_100_000, "new")):
+        for at, name in ((1_000_000, "old"), (1_070_000, "mid"), (1_100_000, "new")):
             batch = store.batch()
             batch.mark_applied(name, at)
             store.commit(batch)
@@ -51,13 +51,13 @@ def test_ids_older_than_the_time_window_are_forgotten_recent_ones_kept(tmp_path:
         assert store.applied("untimed") and store.newest_applied_at == 1_100_000
 
 
-def test_marking_an_applied_id_again_does_not_count_twice(tmp_path: Path) -> None:
+def test_marking_an_id_twice_in_one_batch_counts_it_once(tmp_path: Path) -> None:
     with AgentStateStore(tmp_path / "s", "test/1", AppliedWindow(max_ids=3)) as store:
-        for _ in range(3):
-            batch = store.batch()
-            batch.mark_applied("same", 5)
-            store.commit(batch)
-        assert store.applied_count == 1 and _stored(store) == (1, 1)
+        batch = store.batch()
+        batch.mark_applied("same", 5)
+        batch.mark_applied("same", 6)
+        store.commit(batch)
+        assert store.applied_count == 1 and _stored(store) == 1
 
 
 def test_a_window_must_be_positive() -> None:
