@@ -26,8 +26,8 @@ Invariants:
   ``max_ids``, or the newest id of the oldest generation is older than the age, that
   whole generation goes with one range delete in the commit's own write batch. So a
   commit writes one key per id (as before the window) and forgetting costs O(1); a
-  lookup asks each live generation (at most ``GENERATIONS + 1``; a bloom filter keeps misses cheap). *Why forgetting is
-  safe:* an id is looked up only for a record at or above the stored offset of its
+  lookup asks each live generation (at most ``GENERATIONS + 1``; a bloom filter keeps
+  misses cheap). *Why forgetting is safe:* an id is looked up only for a record at or above the stored offset of its
   partition (records below it are skipped by offset, whatever their id), so the set
   only has to catch the same event arriving again at a *new* position: a producer
   retry, or a writer re-sending after its own crash. Both follow the original within
