@@ -15,6 +15,7 @@ skipped and counted in ``skipped_bad`` instead, so one bad record gets one dead 
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -118,7 +119,7 @@ class EventConsumer:
         ends: dict[tuple[str, int], int] = {}
         for name in self._subscribed:
             for p in sorted(self._consumer.list_topics(name, timeout=10).topics[name].partitions):
-                ends[(name, p)] = int(self._consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)[1])
+                ends[(name, p)] = self._high_watermark(name, p)
         pending = {tp for tp, end in ends.items() if end > self._positions.get(tp, 0)}
         while pending:
             before = dict(self._positions)
@@ -126,6 +127,19 @@ class EventConsumer:
             if self._positions == before:
                 return
             pending = {tp for tp in pending if self._positions.get(tp, 0) < ends[tp]}
+
+    def _high_watermark(self, name: str, partition: int, patience_s: float = 30.0) -> int:
+        """A partition's end offset; a topic created a moment ago may have no leader yet: wait for one."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                return int(self._consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=10)[1])
+            except KafkaException as e:
+                code = e.args[0].code() if e.args and isinstance(e.args[0], KafkaError) else None
+                if code not in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                                KafkaError.UNKNOWN_TOPIC_OR_PART) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def _dead_letter(self, msg: Message, reason: str) -> None:
         self._dlq.send(dead_letter_envelope(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),
