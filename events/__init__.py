@@ -9,8 +9,10 @@ from events.cluster import (
     RulesSet,
     SegmentLoadRefused,
     ServerDecommissioned,
+    ServerHeartbeat,
     ServerJoined,
     ServerLeft,
+    ServerLost,
     ServerRecommissioned,
 )
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
@@ -103,8 +105,10 @@ __all__ = [
     "SegmentsMarkedUsed",
     "SegmentsPublished",
     "ServerDecommissioned",
+    "ServerHeartbeat",
     "ServerJoined",
     "ServerLeft",
+    "ServerLost",
     "ServerRecommissioned",
     "TaskDeregistered",
     "TaskFinished",

@@ -89,6 +89,8 @@ def decode(data: bytes | bytearray | memoryview | str | None) -> Envelope[Event]
     """Parse, upcast and validate one message value."""
     if data is None:
         raise EventValidationError("value", None, "message has no value (tombstone)")
+    if not isinstance(data, bytes | bytearray | memoryview | str):  # a null cell of a data frame: NaN
+        raise EventValidationError("value", repr(data)[:80], "message has no value (tombstone) or is not bytes")
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:

@@ -18,8 +18,10 @@ from events.cluster import (
     DynamicConfigSet,
     RulesSet,
     ServerDecommissioned,
+    ServerHeartbeat,
     ServerJoined,
     ServerLeft,
+    ServerLost,
     ServerRecommissioned,
 )
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
@@ -40,7 +42,8 @@ def partition_key(event: Event) -> str | None:
         return f"rules/{event.data_source}"
     if isinstance(event, DynamicConfigSet):
         return "config"
-    if isinstance(event, ServerJoined | ServerLeft | ServerDecommissioned | ServerRecommissioned):
+    if isinstance(event, ServerJoined | ServerLeft | ServerLost | ServerHeartbeat | ServerDecommissioned
+                         | ServerRecommissioned):
         return event.server
     if isinstance(event, UpsertTableSet):
         return f"upserts/{event.name}"

@@ -154,9 +154,10 @@ class ServiceMetrics:
         self._set([v for v in values if v[0] == "segcoord/agent/events/rate"])
         self._publish(values, at_ms)
 
-    def balancer(self, alive: bool, at_ms: int) -> None:
-        """Whether the Spark balancer ``segcoord run --balancer spark`` started is still running."""
-        values: list[Value] = [("segcoord/balancer/alive", None, None, 1.0 if alive else 0.0)]
+    def balancer(self, alive: bool | float, at_ms: int) -> None:
+        """Whether the Spark balancer ``segcoord run --balancer spark`` started is running: 1 yes, 0 it ended (and is
+        restarted after a backoff), -1 it failed too often and the planner agent balances instead."""
+        values: list[Value] = [("segcoord/balancer/alive", None, None, float(alive))]
         self._set(values)
         self._publish(values, at_ms)
 

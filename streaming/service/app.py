@@ -17,10 +17,12 @@ offset committed in Kafka). A seek made from the public hooks
 (``app.on_partitions_assigned``, ``on_rebalance_complete``) is therefore
 overwritten whenever the group has a committed offset (checked on the real
 broker: a seek to 5 in the signal, a committed 15, the agent got 15, 16, 17).
-So :func:`_position_from_store` replaces the consumer's ``seek_to_committed``
-(the one method ``perform_seek`` asks) with a seek to the offsets in RocksDB of
-the agent owning each assigned topic, or to the beginning of partitions never
-applied. Faust's own Kafka offset commits still happen but are never
+So :func:`~streaming.service.faust_patches.position_from_store` replaces the consumer's
+``seek_to_committed`` (the one method ``perform_seek`` asks) with a seek to the offsets in
+RocksDB of the agent owning each assigned topic, or to the beginning of partitions never
+applied. Every Faust / aiokafka internal the service touches is patched in
+:mod:`streaming.service.faust_patches`, which checks the pinned versions on import.
+Faust's own Kafka offset commits still happen but are never
 read: RocksDB holds the offsets that count (one write batch with the state).
 
 Other settings and why: no tables (``memory://`` store, no changelogs; Faust's
@@ -58,23 +60,25 @@ from typing import Any, Protocol
 
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, TIMELINE, Topics
 from streaming.producer import EventProducer
-from streaming.service import delivery
+from streaming.service import delivery, faust_patches
 from streaming.service import lockbox_agent as lockbox_mod
 from streaming.service import planner_agent as planner_mod
 from streaming.service import timeline_agent as timeline_mod
 from streaming.service import upsert_agent as upsert_mod
 from streaming.service.delivery import BatchDelivery, Route
+from streaming.service.faust_patches import position_from_store as _position_from_store
+from streaming.service.faust_patches import short_fetch_wait as _short_fetch_wait
 from streaming.service.heap import FrozenHeap
 from streaming.service.lockbox_agent import LockboxAgent
 from streaming.service.planner_agent import PlannerAgent
-from streaming.service.state import AgentStateStore
+from streaming.service.state import AgentStateStore, AppliedWindow
 from streaming.service.timeline_agent import TimelineAgent
 from streaming.service.upsert_agent import UpsertAgent
 
 log = logging.getLogger("segcoord.service")
 
 BATCH_MAX = 2000  # records per fetched batch (broker_max_poll_records); bench.service: 1000 -> 2000 +5-20%, 5000 same
-FETCH_MAX_WAIT_MS = 10
+FETCH_MAX_WAIT_MS = faust_patches.FETCH_MAX_WAIT_MS  # kept here for the readers that import it
 EXIT_AGENT_FAILED = delivery.EXIT_AGENT_FAILED
 PLAN_EVERY_S = 5.0
 
@@ -149,25 +153,6 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     return app
 
 
-def _short_fetch_wait(app: Any) -> None:
-    """Make the worker's fetches return within ``FETCH_MAX_WAIT_MS`` when no data is there, not Faust's 1.5 s.
-
-    aiokafka leaves a partition out of the next fetch while records of it are still buffered, and Faust
-    builds its consumer with a hard-coded ``fetch_max_wait_ms=1500``: a record arriving on such a partition
-    then waits for the in-flight long poll of the other partitions, up to 1.5 s (measured: p50 0.6 s,
-    p99 1.7 s from produce to visibility). Faust has no setting for it, so the one factory method that
-    builds the aiokafka consumer is wrapped on this app's consumer thread."""
-    thread = app.consumer._thread
-    build = thread._create_worker_consumer
-
-    def build_with_short_wait(transport: Any) -> Any:
-        consumer = build(transport)
-        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
-        return consumer
-
-    thread._create_worker_consumer = build_with_short_wait
-
-
 def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor, observe: Observe | None = None,
                    last_fetched: Callable[[], int] = lambda: 0) -> Callable[[], Any]:
     """The planner's timer run; skipped until the agent has applied a batch in this process and while its last
@@ -219,31 +204,6 @@ def _lag(app: Any, positions: dict[tuple[str, int], int]) -> int | None:
         if high is not None:
             total += max(0, high - position)
     return total
-
-
-def _position_from_store(app: Any, stored: dict[str, list[StoredOffsets]]) -> None:
-    """Make Faust's post-assignment seek go to the stored offsets (or the beginning), not Kafka's commits.
-
-    ``stored`` maps each input topic to the stored next offsets of every agent reading it; a partition is
-    positioned at the lowest of them (the beginning when any agent never applied it)."""
-    consumer = app.consumer
-
-    async def seek_to_stored() -> dict[Any, int]:
-        offsets = {topic: [read() for read in readers] for topic, readers in stored.items()}
-        positions: dict[Any, int] = {}
-        for tp in sorted(consumer.assignment()):
-            if tp.topic not in offsets:
-                continue
-            known = [agent_offsets.get((tp.topic, tp.partition)) for agent_offsets in offsets[tp.topic]]
-            offset = None if any(o is None for o in known) else min(o for o in known if o is not None)
-            if offset is None:
-                offset = (await consumer.earliest_offsets(tp))[tp]
-            await consumer._seek(tp, offset)
-            positions[tp] = offset
-        log.info("positioned from the state stores: %s", positions)
-        return positions
-
-    consumer.seek_to_committed = seek_to_stored
 
 
 def _resume_text(offsets: dict[tuple[str, int], int]) -> str:
@@ -304,9 +264,13 @@ def _exit_after_grace(signal_name: str) -> None:
 
 def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: str = "info",
                 plan_every_s: float = PLAN_EVERY_S, balancing: bool = True, incremental: bool = True,
-                http: tuple[str, int] | None = None, balancer_alive: Callable[[], bool] | None = None) -> int:
+                http: tuple[str, int] | None = None, balancer_alive: Callable[[], bool] | None = None,
+                server_timeout_ms: int = planner_mod.DEFAULT_SERVER_TIMEOUT_MS,
+                applied_window: AppliedWindow | None = None, balancer: Any = None) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
-    (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`)."""
+    (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`). With
+    ``balancer`` (a :class:`~streaming.balancer.supervisor.BalancerSupervisor`) its health is reported and, when
+    it gives up, the planner agent balances again."""
     import faust
 
     from streaming.logs import LIBRDKAFKA_LOGGER
@@ -327,13 +291,13 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         if sock is not None:
             stack.callback(sock.close)
         tl_store = stack.enter_context(AgentStateStore(state_dir / timeline_mod.STORE_NAME,
-                                                       timeline_mod.FORMAT_VERSION))
+                                                       timeline_mod.FORMAT_VERSION, applied_window))
         lb_store = stack.enter_context(AgentStateStore(state_dir / lockbox_mod.STORE_NAME,
-                                                       lockbox_mod.FORMAT_VERSION))
+                                                       lockbox_mod.FORMAT_VERSION, applied_window))
         pl_store = stack.enter_context(AgentStateStore(state_dir / planner_mod.STORE_NAME,
-                                                       planner_mod.FORMAT_VERSION))
+                                                       planner_mod.FORMAT_VERSION, applied_window))
         up_store = stack.enter_context(AgentStateStore(state_dir / upsert_mod.STORE_NAME,
-                                                       upsert_mod.FORMAT_VERSION))
+                                                       upsert_mod.FORMAT_VERSION, applied_window))
         # librdkafka's log lines through Python logging, so broker outages are summarized (streaming.logs)
         kafka_log = {"logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
         tl_producer = EventProducer(bootstrap, topics, extra=kafka_log)
@@ -353,7 +317,8 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         print(f"lockbox agent: {lockbox.counters_restored} requests restored, resuming from "
               f"{_resume_text(lockbox.next_offsets())}"
               f"{' (store wiped: older format)' if lb_store.wiped else ''}", flush=True)
-        planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental)
+        planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental,
+                               server_timeout_ms=server_timeout_ms)
         print(f"planner agent: {len(planner.state.servers)} servers, {len(planner.state.used)} used segments, "
               f"{len(planner.state.queue)} commands in flight restored; resuming from "
               f"{_resume_text(planner.next_offsets())}"
@@ -365,6 +330,9 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         print(f"upsert agent: {len(upserts.state.tables)} tables, {len(upserts.state.held)} segments restored; "
               f"resuming from {_resume_text(upserts.next_offsets())}"
               f"{' (store wiped: older format)' if up_store.wiped else ''}", flush=True)
+        if balancer is not None:
+            balancer_alive = balancer.health
+            balancer.on_give_up = lambda: setattr(planner, "balancing", True)
         heap = FrozenHeap()
         heap.start()  # the restored state is frozen out of the collector's scans
         observer = Observer(bootstrap, topics, planner, loglevel, sock, balancer_alive, lambda: timeline.timelines)

@@ -7,9 +7,10 @@ the same time).
 
 **The view** (what :func:`coordinator.planner.planner.plan` needs), folded from the log:
 
-- servers from ``ServerJoined`` (tier, max size), ``ServerLeft`` (out of the
-  view; what it announced is kept, as the timeline keeps it, so a server that
-  comes back holds it again), ``ServerDecommissioned`` / ``ServerRecommissioned``;
+- servers from ``ServerJoined`` (tier, max size), ``ServerLeft`` and ``ServerLost`` (out of
+  the view at once, so the plan re-replicates what it held), ``ServerDecommissioned`` /
+  ``ServerRecommissioned``, and when each was last heard of (``ServerHeartbeat`` and the
+  server's own events);
 - loaded segments from ``SegmentAnnounced`` / ``SegmentUnannounced``;
 - used segments from ``SegmentsPublished`` minus ``SegmentsMarkedUnused``;
 - rules per data source from ``RulesSet`` (a fresh cluster has Druid's default,
@@ -49,6 +50,16 @@ balances once per coordinator period. With ``balancing=False`` (the Spark
 balancer makes the moves) it never balances. Per-server cost caches stay alive
 across runs in a :class:`~coordinator.planner.cost_shelf.CostCacheShelf`
 (reconciled to each run's placement; the plans are those of fresh caches).
+
+**Liveness** (:mod:`coordinator.placement.liveness`, docs/liveness.md). Folding a
+``ServerLeft`` or ``ServerLost`` emits a ``SegmentUnannounced`` (reason: the departure) of
+every segment the fold still shows the server holding, in the same batch (folded at once and
+marked applied, so reading it back changes nothing), so the timeline,
+the feed, the queryable view and replay unannounce them too. A timer run first decides
+``ServerLost`` for every joined server silent for more than ``server_timeout_ms`` (event
+time of its last heartbeat against the shell's clock), but only once the agent itself has
+run that long (before, it may not have read the heartbeats yet); the decision is not folded
+until read back from ``cluster``, like any other server event.
 
 **Commands.** ``load`` / ``move`` -> a ``LoadSegment`` (a move's also a
 ``DropSegment`` on the source sharing the ``moveId``), ``drop`` -> a
@@ -113,10 +124,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.placement import codec
+from coordinator.placement.liveness import DEFAULT_SERVER_TIMEOUT_MS, server_lost, silent_servers, unannounce_departed
 from coordinator.placement.projected import command_id
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS
 from coordinator.placement.state import PlacementState, Touched
 from coordinator.planner.planner import FULL_RUN_EVERY_MS, Plan, PlanCommand, plan_state
+from events.cluster import ServerLeft, ServerLost
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.envelope import Envelope
 from events.ids import derived_event_id
@@ -127,7 +140,7 @@ from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
 from streaming.service.state import AgentStateStore, StoreBatch
 
-FORMAT_VERSION = "planner-agent/2"  # entries of coordinator.placement.codec (v1 kept its own fold's keys)
+FORMAT_VERSION = "planner-agent/3"  # entries of coordinator.placement.codec (v3: + "heard"; v1 kept its own keys)
 STORE_NAME = "planner"
 FAULT_ENV = "SEGCOORD_PLANNER_FAULT"  # crash tests only: see _fault_point
 __all__ = ["FORMAT_VERSION", "STORE_NAME", "PlannerAgent", "command_id", "load_state"]
@@ -158,8 +171,11 @@ class PlannerAgent:
 
     def __init__(self, store: AgentStateStore, topics: Topics, sink: Sink,
                  load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS, *, balancing: bool = True,
-                 incremental: bool = True) -> None:
+                 incremental: bool = True, server_timeout_ms: int = DEFAULT_SERVER_TIMEOUT_MS) -> None:
         self.store = store
+        self.server_timeout_ms = server_timeout_ms
+        self._first_tick: int | None = None  # the shell's clock at the first timer run of this process
+        self._lost_sent: dict[str, int] = {}  # server -> last heard, of the ServerLost sent and not read back yet
         self.balancing = balancing  # False: the Spark balancer makes the moves (stages 7, 10, 11 skipped)
         self.incremental = incremental  # False: every run looks at every segment (the reference)
         self.topics = topics
@@ -202,9 +218,16 @@ class PlannerAgent:
                 self._bad(rec, f"{env.event_type} {env.event_id}: {e}")
                 continue
             c.applied += 1
+            if isinstance(env.event, ServerLeft | ServerLost):
+                self._lost_sent.pop(env.event.server, None)
+                for unannounce in unannounce_departed(self.state, env):  # type: ignore[arg-type]
+                    self.sink.send(unannounce)  # folded at once, as the commands it decides; read back: a duplicate
+                    touched.merge(self.state.evolve(unannounce))
+                    batch.mark_applied(unannounce.event_id)
+                    c.emitted += 1
             if logical == COMMANDS:
                 continue  # the log's copy of a command: folded, never a trigger (it was planned already)
-            batch.mark_applied(env.event_id)
+            batch.mark_applied(env.event_id, rec.timestamp_ms)
             touched.merge(t)
             if t.trigger:
                 trigger = (("planner:" + rec.topic, rec.partition, rec.offset), env.event_id)
@@ -229,6 +252,7 @@ class PlannerAgent:
         if st.start is None:
             return 0  # nothing ever happened
         now = max(wall_ms, st.last_event_at)
+        self.decide_lost(wall_ms, now)
         expired = st.expire(now)
         if not self._may_decide():  # nothing can be decided: keep what timed out
             if st.dirty:
@@ -250,6 +274,25 @@ class PlannerAgent:
             _fault_point(self._next, self.runs)
         self._commit(self.store.batch())
         return emitted
+
+    def decide_lost(self, wall_ms: int, now: int) -> int:
+        """Send (and flush) a ``ServerLost`` for every server silent longer than ``server_timeout_ms`` at ``now``,
+        once per silence; nothing before this process has run for ``server_timeout_ms`` by ``wall_ms``."""
+        if self._first_tick is None:
+            self._first_tick = wall_ms
+        if wall_ms - self._first_tick < self.server_timeout_ms:
+            return 0
+        sent = 0
+        for name, heard in silent_servers(self.state, now, self.server_timeout_ms):
+            if self._lost_sent.get(name) == heard:
+                continue  # decided, not read back yet
+            self.sink.send(server_lost(self.state, name, now, self.server_timeout_ms))
+            self._lost_sent[name] = heard
+            sent += 1
+        if sent:
+            self.sink.flush()
+            self.counters.emitted += sent
+        return sent
 
     def _logical(self, topic: str) -> str:
         for logical in (SEGMENTS, CLUSTER, COMMANDS):
