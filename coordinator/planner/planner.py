@@ -398,6 +398,13 @@ class _Run:
         return "full" if blocked else "stay"
 
     def balance(self, stage: int, share: float | None, relative: bool, record: bool) -> None:
+        for _ in self.balance_steps(stage, share, relative, record):
+            pass
+
+    def balance_steps(self, stage: int, share: float | None, relative: bool, record: bool) -> Iterator[None]:
+        """Stage 7 or 11, one step per candidate drawn (a :class:`BalancingRun` stops between any two steps and
+        lets events in; the candidates are the ranked index as it is at each draw, so a segment announced or
+        unannounced in between is seen as the fold has it)."""
         if not self.balancing:
             return
         for tier in sorted(self.p.tiers):
@@ -413,12 +420,17 @@ class _Run:
             visited = self.visited.setdefault(tier, set())
             window: deque[bool] = deque(maxlen=100)
             for i in _draws(np.random.default_rng(seed), len(candidates)):
-                if self.moves_made[tier] >= cap:
+                if self.moves_made[tier] >= cap or tier not in self.p.tiers:
                     break
+                candidates = self.balance_candidates(tier)  # the same index, unless a slice boundary passed
+                if i >= len(candidates):
+                    yield
+                    continue  # the index shrank since the run drew its permutation
                 sid = candidates[i]
                 if sid in visited:
                     window.append(False)
                 elif not self.movable(sid, tier):
+                    yield
                     continue  # not a candidate: its rule does not load it here (stage 12 drops it) or unused
                 else:
                     visited.add(sid)
@@ -428,18 +440,31 @@ class _Run:
                     elif outcome == "full" and record:
                         self.to_be_balanced.setdefault(tier, []).append(sid)
                     window.append(outcome == "moved")
+                yield
                 if len(window) == 100 and sum(1 for ok in window if not ok) >= 80:
                     break
 
     def balance_blocked(self, stage: int) -> None:
+        for _ in self.balance_blocked_steps(stage):
+            pass
+
+    def balance_blocked_steps(self, stage: int) -> Iterator[None]:
+        """Stage 10, one step per segment retried."""
         if not self.balancing:
             return
         for tier in sorted(self.to_be_balanced):
             for sid in self.to_be_balanced[tier]:
-                if self.moves_made[tier] >= self.balance_cap(tier):
+                if self.moves_made[tier] >= self.balance_cap(tier) or tier not in self.p.tiers:
                     break
                 if self.try_move(sid, tier, stage, None, False) == "moved":
                     self.moves_made[tier] += 1
+                yield
+
+    def balancing_steps(self) -> Iterator[None]:
+        """The balancing stages of a run (7 within the balancing share, 10, then 11 with the full queue)."""
+        yield from self.balance_steps(7, self.shares["balancing"], True, record=True)
+        yield from self.balance_blocked_steps(10)
+        yield from self.balance_steps(11, None, False, record=False)
 
     # -- stage 12-13: unloading -----------------------------------------------------------
     def unload(self, stage: int) -> None:

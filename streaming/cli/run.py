@@ -22,6 +22,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     address = args.bootstrap or os.environ.get("SEGCOORD_BOOTSTRAP")
     if args.plan_every <= 0:
         raise CliError(f"--plan-every: must be a positive number of seconds, got {args.plan_every}")
+    if args.coordinator_period <= 0:
+        raise CliError(f"--coordinator-period: must be a positive number of seconds, got {args.coordinator_period}")
     http = None
     if args.http:
         from streaming.http import parse_address
@@ -48,6 +50,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         return run_service(address, tps, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
                            balancing=args.balancer == "planner", incremental=args.planner == "incremental",
+                           period_ms=max(1, round(args.coordinator_period * 1000)),
                            http=http, balancer_alive=None if spark_balancer is None
                            else (lambda: spark_balancer.poll() is None))
     except StateStoreError as e:
@@ -85,6 +88,9 @@ def register(sub: Any) -> None:
                           "coordinator port is 8081: 127.0.0.1:8081)")
     run.add_argument("--plan-every", type=float, default=5.0, metavar="SECONDS",
                      help="the planner's timer period; it also plans at once on every relevant event (default 5)")
+    run.add_argument("--coordinator-period", type=float, default=60.0, metavar="SECONDS",
+                     help="druid.coordinator.period: the planner balances once per period (and after server, rule "
+                          "or config changes), in slices between events (default 60)")
     run.add_argument("--planner", choices=("incremental", "full"), default="incremental",
                      help="incremental (default): an event plans the segments it touched, a timer run balances and "
                           "looks at everything every 15 min; full: every run looks at every segment (the reference)")

@@ -55,6 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
+from coordinator.planner.balancing import DEFAULT_PERIOD_MS
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, Topics
 from streaming.producer import EventProducer
 from streaming.service import lockbox_agent as lockbox_mod
@@ -131,7 +132,8 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
         for topic_name in topic_names:
             stored.setdefault(topic_name, []).append(agent.next_offsets)
     if planner is not None:
-        app.timer(plan_every_s, name=f"{app_id}.planner-timer")(_planner_timer(planner, planner_thread, observe))
+        timer = _planner_timer(planner, planner_thread, observe, plan_every_s)
+        app.timer(plan_every_s, name=f"{app_id}.planner-timer")(timer)
     if observe is not None:
         observe.attach(app, planner_thread)
     _position_from_store(app, stored)
@@ -159,7 +161,7 @@ def _short_fetch_wait(app: Any) -> None:
 
 
 def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor,
-                   observe: Observe | None = None) -> Callable[[], Any]:
+                   observe: Observe | None = None, plan_every_s: float = PLAN_EVERY_S) -> Callable[[], Any]:
     """The planner's timer run; skipped until the agent has applied a batch in this process and while its last
     batch was full (catching up: a run on a stale view could repeat commands the unread log already holds)."""
 
@@ -169,7 +171,12 @@ def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor,
         if planner.batches_since_start == 0 or planner.last_batch_size >= BATCH_MAX:
             return
         try:
-            await asyncio.get_running_loop().run_in_executor(pool, planner.tick, int(time.time() * 1000))
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(pool, planner.tick, int(time.time() * 1000))
+            # a balancing run goes on in slices, one executor job each: the agent's batches queue between them
+            until = time.monotonic() + plan_every_s
+            while planner.balancing_in_progress and time.monotonic() < until and planner.last_batch_size < BATCH_MAX:
+                await loop.run_in_executor(pool, planner.balance_slice, int(time.time() * 1000))
         except Exception:
             log.exception("planner timer run failed; exiting so a restart resumes from the store")
             logging.shutdown()
@@ -311,6 +318,7 @@ def _exit_after_grace(signal_name: str) -> None:
 
 def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: str = "info",
                 plan_every_s: float = PLAN_EVERY_S, balancing: bool = True, incremental: bool = True,
+                period_ms: int = DEFAULT_PERIOD_MS,
                 http: tuple[str, int] | None = None, balancer_alive: Callable[[], bool] | None = None) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
     (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`)."""
@@ -356,7 +364,8 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         print(f"lockbox agent: {lockbox.counters_restored} requests restored, resuming from "
               f"{_resume_text(lockbox.next_offsets())}"
               f"{' (store wiped: older format)' if lb_store.wiped else ''}", flush=True)
-        planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental)
+        planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental,
+                               period_ms=period_ms)
         print(f"planner agent: {len(planner.state.servers)} servers, {len(planner.state.used)} used segments, "
               f"{len(planner.state.queue)} commands in flight restored; resuming from "
               f"{_resume_text(planner.next_offsets())}"
