@@ -155,6 +155,8 @@ class _Run:
         self.satisfied: set[SegmentId] = set()
         self.deferred: set[SegmentId] = set()
         self._load_rule_order: list[SegmentId] | None = None
+        self._unplaced: list[SegmentId] | None = None  # served nowhere after the last stage-1 pass (in order)
+        self._unsatisfied: list[SegmentId] | None = None  # not satisfied at the start of the last replicate pass
         self._match = self.rules.matcher(now)
         planned = state.used if scope is None else scope & state.used
         for sid in sorted(planned, key=_ID):
@@ -257,8 +259,11 @@ class _Run:
         return self._load_rule_order
 
     def unreplicated(self, stage: int) -> None:
-        """One copy of every segment served nowhere, primary tier first; never throttled."""
-        for sid in self.load_rule_segments():
+        """One copy of every segment served nowhere, primary tier first; never throttled. Copies only grow before
+        stage 12, so a revisit (stages 6, 8) looks only at the segments the last pass left served nowhere."""
+        todo = self._unplaced if self._unplaced is not None else self.load_rule_segments()
+        left: list[SegmentId] = []
+        for sid in todo:
             if self.p.anywhere(sid):
                 continue
             target = self.targets[sid]
@@ -266,6 +271,9 @@ class _Run:
             for tier in tiers:
                 if self.load(sid, tier, stage, "unavailable: first copy", None, throttle=False):
                     break
+            else:
+                left.append(sid)
+        self._unplaced = left
 
     def broadcast(self, stage: int, share: float | None, relative: bool) -> None:
         for sid in sorted((s for s, t in self.targets.items() if t.kind == "broadcast"), key=_ID):
@@ -282,7 +290,10 @@ class _Run:
                                          purpose="broadcast"))
 
     def replicate(self, stage: int, share: float | None, relative: bool) -> None:
-        for sid in self.load_rule_segments():
+        """The remaining replicas; a revisit looks only at the segments the last pass did not satisfy."""
+        todo = self._unsatisfied if self._unsatisfied is not None else self.load_rule_segments()
+        self._unsatisfied = [sid for sid in todo if sid not in self.satisfied]
+        for sid in self._unsatisfied:
             if sid in self.satisfied or not self.p.anywhere(sid):
                 continue  # done, or stage 1's business: first copies before any second
             short = False
@@ -384,12 +395,22 @@ class _Run:
         dests = [n for n in active if self.can_take(n, sid)]
         if not dests:
             return "stay"
-        ranked = sorted(dests, key=lambda n: (self.p.cache(n).cost_of(seg), -self.p.free_bytes(n), n))[:best]
+        staying = {h: self.p.cache(h).cost_of(seg) for h in holders}
+        # A server whose cost is at least every holder's bar can never be a destination, and every server ranked
+        # after it costs at least as much: leaving such servers out of the ranking changes no outcome. Its cost
+        # is known to clear the bar as soon as the cheaper of the cache's two tree sums does (the other term is
+        # non-negative), so it costs one tree walk instead of two (``ServerCostCache.cost_below``).
+        bar = max(c * (1 - TIE_TOLERANCE) for c in staying.values())
+        costs: dict[str, float] = {}
+        for n in dests:
+            cost = self.p.cache(n).cost_below(seg, bar)
+            if cost is not None:
+                costs[n] = cost
+        ranked = sorted(costs, key=lambda n: (costs[n], -self.p.free_bytes(n), n))[:best]
         blocked = False
         for holder in holders:
-            staying = self.p.cache(holder).cost_of(seg)
             for n in ranked:
-                if not self.p.cache(n).cost_of(seg) < staying * (1 - TIE_TOLERANCE):
+                if not costs[n] < staying[holder] * (1 - TIE_TOLERANCE):
                     break
                 if self.room(n, "balancing", share, relative):
                     self.move(sid, holder, n, tier, stage, "balancing", f"cheaper than {holder}")
@@ -666,6 +687,7 @@ class _Run:
             for name in sorted(p.tier_of):  # O(servers): an event's scoped run costs its segments alone
                 _put(metrics, f"segment/loadQueue/count/{name}", p.queue_size(name))
                 _put(metrics, f"segment/dropQueue/count/{name}", len(p.dropping[name]))
+                _put(metrics, f"segment/loadQueue/size/{name}", p.loading_bytes[name])
         metrics["segment/markedUnused/count"] = len(self.unused)
         if cost_before is not None:
             metrics["balancer/cost/before"] = cost_before
