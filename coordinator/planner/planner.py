@@ -155,8 +155,6 @@ class _Run:
         self.satisfied: set[SegmentId] = set()
         self.deferred: set[SegmentId] = set()
         self._load_rule_order: list[SegmentId] | None = None
-        self._unplaced: list[SegmentId] | None = None  # served nowhere after the last stage-1 pass (in order)
-        self._unsatisfied: list[SegmentId] | None = None  # not satisfied at the start of the last replicate pass
         self._match = self.rules.matcher(now)
         planned = state.used if scope is None else scope & state.used
         for sid in sorted(planned, key=_ID):
@@ -259,11 +257,8 @@ class _Run:
         return self._load_rule_order
 
     def unreplicated(self, stage: int) -> None:
-        """One copy of every segment served nowhere, primary tier first; never throttled. Copies only grow before
-        stage 12, so a revisit (stages 6, 8) looks only at the segments the last pass left served nowhere."""
-        todo = self._unplaced if self._unplaced is not None else self.load_rule_segments()
-        left: list[SegmentId] = []
-        for sid in todo:
+        """One copy of every segment served nowhere, primary tier first; never throttled."""
+        for sid in self.load_rule_segments():
             if self.p.anywhere(sid):
                 continue
             target = self.targets[sid]
@@ -271,9 +266,6 @@ class _Run:
             for tier in tiers:
                 if self.load(sid, tier, stage, "unavailable: first copy", None, throttle=False):
                     break
-            else:
-                left.append(sid)
-        self._unplaced = left
 
     def broadcast(self, stage: int, share: float | None, relative: bool) -> None:
         for sid in sorted((s for s, t in self.targets.items() if t.kind == "broadcast"), key=_ID):
@@ -290,10 +282,7 @@ class _Run:
                                          purpose="broadcast"))
 
     def replicate(self, stage: int, share: float | None, relative: bool) -> None:
-        """The remaining replicas; a revisit looks only at the segments the last pass did not satisfy."""
-        todo = self._unsatisfied if self._unsatisfied is not None else self.load_rule_segments()
-        self._unsatisfied = [sid for sid in todo if sid not in self.satisfied]
-        for sid in self._unsatisfied:
+        for sid in self.load_rule_segments():
             if sid in self.satisfied or not self.p.anywhere(sid):
                 continue  # done, or stage 1's business: first copies before any second
             short = False

@@ -176,6 +176,7 @@ class PlannerAgent:
         self.state, meta = _load(store, load_timeout_ms)
         self.runs: int = meta.get("runs", 0)
         self.balanced_at: int | None = meta.get("balancedAt")  # when the last balancing run began
+        self.balancing_runs: int = meta.get("balancingRuns", 0)  # balancing runs begun (their seeds' run numbers)
         self.balance_requested: bool = meta.get("balanceRequested", False)  # a server, rule or config change
         self.balancing_run: BalancingRun | None = None  # the run in progress (slices left)
         resumed = meta.get("balancingRun")
@@ -290,14 +291,15 @@ class PlannerAgent:
         emitted = self._balance_slice(max(wall_ms, self.state.last_event_at), start=False)
         self.sink.flush()
         if emitted:
-            _fault_point(self._next, self.runs)
+            _fault_point(self._next, -self.balancing_runs)  # salted apart from the timer runs' kill points
         self._commit(self.store.batch())
         return emitted
 
     def _balance_slice(self, now: int, *, start: bool) -> int:
         """Start a balancing run when one is due (``start``: a server, rule or config change asked for one, or a
         period passed since the last began; a stale run in progress is replaced), then take one slice of the run
-        in progress. The run number of a new run is counted like any run's (its seeds are never reused)."""
+        in progress. Balancing runs are numbered apart from plan runs (their seeds are never reused; the plan-run
+        counter, which salts unused marks' ids, counts what it counted before)."""
         if not self.balancing or not self._may_decide():
             return 0
         st = self.state
@@ -306,8 +308,8 @@ class PlannerAgent:
             due = self.balance_requested or stale or (
                 self.balancing_run is None and (self.balanced_at is None or now - self.balanced_at >= self.period_ms))
             if due:
-                self.runs += 1
-                self.balancing_run = BalancingRun(st, now=now, run=self.runs, start=st.start)
+                self.balancing_runs += 1
+                self.balancing_run = BalancingRun(st, now=now, run=self.balancing_runs, start=st.start)
                 self.balanced_at, self.balance_requested = now, False
         run = self.balancing_run
         if run is None:
@@ -430,7 +432,8 @@ class PlannerAgent:
         run = self.balancing_run
         progress = None if run is None else {"run": run.run_number, "started": run.started,
                                              "moved": dict(sorted(run.moves.items()))}
-        return {"runs": self.runs, "balancedAt": self.balanced_at, "balanceRequested": self.balance_requested,
+        return {"runs": self.runs, "balancingRuns": self.balancing_runs, "balancedAt": self.balanced_at,
+                "balanceRequested": self.balance_requested,
                 "balancingRun": progress}
 
     def _commit(self, batch: StoreBatch) -> None:

@@ -88,7 +88,8 @@ def stored(path: Path) -> dict[bytes, bytes]:
     import orjson
 
     meta = orjson.loads(out.pop(b"data/meta/"))
-    out[b"data/meta/"] = orjson.dumps({k: v for k, v in meta.items() if k not in ("runs", "balancedAt")})
+    scheduling = ("runs", "balancingRuns", "balancedAt")
+    out[b"data/meta/"] = orjson.dumps({k: v for k, v in meta.items() if k not in scheduling})
     return out
 
 
