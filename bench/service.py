@@ -127,9 +127,13 @@ class Worker:
     def __init__(self, bootstrap: str, topics: Topics, state: Path, log: Path, planner: str = "incremental",
                  balancer: str = "planner") -> None:
         self.log = log
+        profile = os.environ.get("SEGCOORD_BENCH_PROFILE")  # a py-spy raw profile of the worker goes there
+        self.profiled = bool(profile)
+        wrap = [str(Path(sys.executable).parent / "py-spy"), "record", "-r", "50", "-f", "raw", "-o",
+                f"{profile}.{planner}.raw", "--"] if profile else []
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix, "--state-dir",
+                [*wrap, SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix, "--state-dir",
                  str(state), "--planner", planner, "--balancer", balancer], stdout=out, stderr=subprocess.STDOUT)
         self.started = time.perf_counter()
 
@@ -144,12 +148,22 @@ class Worker:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            # profiled: stop the worker under py-spy, which then writes its profile and exits
+            for pid in _children(self.proc.pid) if self.profiled else [self.proc.pid]:
+                os.kill(pid, signal.SIGTERM)
             try:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+def _children(pid: int) -> list[int]:
+    """The process's child pids (Linux), empty when it has none or is gone."""
+    try:
+        return [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+    except OSError:
+        return []
 
 
 def wait_output(bootstrap: str, topic: str, want: int, worker: Worker,

@@ -120,6 +120,30 @@ class ServerCostCache:
                 self.add(held)
         return self._cost(segment)
 
+    def cost_below(self, segment: SegmentDescriptor, bar: float) -> float | None:
+        """``cost_of(segment)`` when it is below ``bar``, else ``cost_of(segment)`` or None (the cost is surely at
+        least ``bar``): for a segment not held here, the sum over every held segment is computed first and, with a
+        same-data-source factor of at least 1, the data source's term only adds to it, so when that first sum is
+        already at least ``bar`` the second tree walk is skipped. The value returned is ``cost_of``'s, bit for bit.
+
+        >>> from events import Interval, SegmentDescriptor
+        >>> cache = ServerCostCache()
+        >>> cache.add(SegmentDescriptor("wiki", Interval.parse("2026-01-01/P1D"), "v1"))
+        >>> b = SegmentDescriptor("wiki", Interval.parse("2026-01-02/P1D"), "v1")
+        >>> cache.cost_below(b, 1e9) == cache.cost_of(b), cache.cost_below(b, 1.0)
+        (True, None)
+        """
+        if segment.id in self._held or self.model.same_source_factor < 1.0 or not self._held:
+            return self.cost_of(segment)
+        x0, x1 = segment.interval.start, segment.interval.end
+        total = self._all.total(x0, x1)
+        if total >= bar:
+            return None
+        tree = self._by_source.get(segment.data_source)
+        if tree is not None and self.model.same_source_factor != 1.0:
+            total += (self.model.same_source_factor - 1.0) * tree.total(x0, x1)
+        return total
+
     def _cost(self, segment: SegmentDescriptor) -> float:
         x0, x1 = segment.interval.start, segment.interval.end
         total = self._all.total(x0, x1) if self._held else 0.0

@@ -382,12 +382,22 @@ class _Run:
         dests = [n for n in active if self.can_take(n, sid)]
         if not dests:
             return "stay"
-        ranked = sorted(dests, key=lambda n: (self.p.cache(n).cost_of(seg), -self.p.free_bytes(n), n))[:best]
+        staying = {h: self.p.cache(h).cost_of(seg) for h in holders}
+        # A server whose cost is at least every holder's bar can never be a destination, and every server ranked
+        # after it costs at least as much: leaving such servers out of the ranking changes no outcome. Its cost
+        # is known to clear the bar as soon as the cheaper of the cache's two tree sums does (the other term is
+        # non-negative), so it costs one tree walk instead of two (``ServerCostCache.cost_below``).
+        bar = max(c * (1 - TIE_TOLERANCE) for c in staying.values())
+        costs: dict[str, float] = {}
+        for n in dests:
+            cost = self.p.cache(n).cost_below(seg, bar)
+            if cost is not None:
+                costs[n] = cost
+        ranked = sorted(costs, key=lambda n: (costs[n], -self.p.free_bytes(n), n))[:best]
         blocked = False
         for holder in holders:
-            staying = self.p.cache(holder).cost_of(seg)
             for n in ranked:
-                if not self.p.cache(n).cost_of(seg) < staying * (1 - TIE_TOLERANCE):
+                if not costs[n] < staying[holder] * (1 - TIE_TOLERANCE):
                     break
                 if self.room(n, "balancing", share, relative):
                     self.move(sid, holder, n, tier, stage, "balancing", f"cheaper than {holder}")
@@ -396,6 +406,13 @@ class _Run:
         return "full" if blocked else "stay"
 
     def balance(self, stage: int, share: float | None, relative: bool, record: bool) -> None:
+        for _ in self.balance_steps(stage, share, relative, record):
+            pass
+
+    def balance_steps(self, stage: int, share: float | None, relative: bool, record: bool) -> Iterator[None]:
+        """Stage 7 or 11, one step per candidate drawn (a :class:`BalancingRun` stops between any two steps and
+        lets events in; the candidates are the ranked index as it is at each draw, so a segment announced or
+        unannounced in between is seen as the fold has it)."""
         if not self.balancing:
             return
         for tier in sorted(self.p.tiers):
@@ -411,12 +428,17 @@ class _Run:
             visited = self.visited.setdefault(tier, set())
             window: deque[bool] = deque(maxlen=100)
             for i in _draws(seed, len(candidates)):
-                if self.moves_made[tier] >= cap:
+                if self.moves_made[tier] >= cap or tier not in self.p.tiers:
                     break
+                candidates = self.balance_candidates(tier)  # the same index, unless a slice boundary passed
+                if i >= len(candidates):
+                    yield
+                    continue  # the index shrank since the run drew its permutation
                 sid = candidates[i]
                 if sid in visited:
                     window.append(False)
                 elif not self.movable(sid, tier):
+                    yield
                     continue  # not a candidate: its rule does not load it here (stage 12 drops it) or unused
                 else:
                     visited.add(sid)
@@ -426,18 +448,31 @@ class _Run:
                     elif outcome == "full" and record:
                         self.to_be_balanced.setdefault(tier, []).append(sid)
                     window.append(outcome == "moved")
+                yield
                 if len(window) == 100 and sum(1 for ok in window if not ok) >= 80:
                     break
 
     def balance_blocked(self, stage: int) -> None:
+        for _ in self.balance_blocked_steps(stage):
+            pass
+
+    def balance_blocked_steps(self, stage: int) -> Iterator[None]:
+        """Stage 10, one step per segment retried."""
         if not self.balancing:
             return
         for tier in sorted(self.to_be_balanced):
             for sid in self.to_be_balanced[tier]:
-                if self.moves_made[tier] >= self.balance_cap(tier):
+                if self.moves_made[tier] >= self.balance_cap(tier) or tier not in self.p.tiers:
                     break
                 if self.try_move(sid, tier, stage, None, False) == "moved":
                     self.moves_made[tier] += 1
+                yield
+
+    def balancing_steps(self) -> Iterator[None]:
+        """The balancing stages of a run (7 within the balancing share, 10, then 11 with the full queue)."""
+        yield from self.balance_steps(7, self.shares["balancing"], True, record=True)
+        yield from self.balance_blocked_steps(10)
+        yield from self.balance_steps(11, None, False, record=False)
 
     # -- stage 12-13: unloading -----------------------------------------------------------
     def unload(self, stage: int) -> None:
@@ -639,6 +674,7 @@ class _Run:
             for name in sorted(p.tier_of):  # O(servers): an event's scoped run costs its segments alone
                 _put(metrics, f"segment/loadQueue/count/{name}", p.queue_size(name))
                 _put(metrics, f"segment/dropQueue/count/{name}", len(p.dropping[name]))
+                _put(metrics, f"segment/loadQueue/size/{name}", p.loading_bytes[name])
         metrics["segment/markedUnused/count"] = len(self.unused)
         if cost_before is not None:
             metrics["balancer/cost/before"] = cost_before

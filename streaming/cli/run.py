@@ -29,6 +29,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(f"--dedupe-window-ids / --dedupe-window-ms: {e}") from None
     if args.plan_every <= 0:
         raise CliError(f"--plan-every: must be a positive number of seconds, got {args.plan_every}")
+    if args.coordinator_period <= 0:
+        raise CliError(f"--coordinator-period: must be a positive number of seconds, got {args.coordinator_period}")
     http = None
     if args.http:
         from streaming.http import parse_address
@@ -59,7 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_service(address, tps, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
                            balancing=args.balancer == "planner", incremental=args.planner == "incremental",
                            http=http, server_timeout_ms=args.server_timeout_millis, applied_window=window,
-                           balancer=supervisor)
+                           balancer=supervisor, period_ms=max(1, round(args.coordinator_period * 1000)))
     except StateStoreError as e:
         raise CliError(f"--state-dir: {e}") from None
     except OSError as e:
@@ -93,6 +95,9 @@ def register(sub: Any) -> None:
     run.add_argument("--dedupe-window-ms", type=int, default=AppliedWindow().max_age_ms, metavar="MS",
                      help="... and only those written to the log within this long of the newest "
                           f"(default {AppliedWindow().max_age_ms} = 7 days)")
+    run.add_argument("--coordinator-period", type=float, default=60.0, metavar="SECONDS",
+                     help="druid.coordinator.period: the planner balances once per period (and after server, rule "
+                          "or config changes), in slices between events (default 60)")
     run.add_argument("--planner", choices=("incremental", "full"), default="incremental",
                      help="incremental (default): an event plans the segments it touched, a timer run balances and "
                           "looks at everything every 15 min; full: every run looks at every segment (the reference)")

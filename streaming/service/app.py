@@ -58,6 +58,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
+from coordinator.planner.balancing import DEFAULT_PERIOD_MS
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, TIMELINE, Topics
 from streaming.producer import EventProducer
 from streaming.service import delivery, faust_patches
@@ -144,8 +145,8 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     batches = BatchDelivery(routes, heap, observe, lambda positions: _lag(app, positions))
     delivery.install(app, batches)
     if planner is not None:
-        app.timer(plan_every_s, name=f"{app_id}.planner-timer")(_planner_timer(planner, planner_thread, observe,
-                                                                                 lambda: batches.last_size))
+        timer = _planner_timer(planner, planner_thread, observe, plan_every_s, lambda: batches.last_size)
+        app.timer(plan_every_s, name=f"{app_id}.planner-timer")(timer)
     if observe is not None:
         observe.attach(app, planner_thread)
     _position_from_store(app, stored)
@@ -154,6 +155,7 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
 
 
 def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor, observe: Observe | None = None,
+                   plan_every_s: float = PLAN_EVERY_S,
                    last_fetched: Callable[[], int] = lambda: 0) -> Callable[[], Any]:
     """The planner's timer run; skipped until the agent has applied a batch in this process and while its last
     batch, or the worker's last fetched batch, was full (catching up: a run on a stale view could repeat commands
@@ -166,6 +168,11 @@ def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor, observe: Obs
             return
         try:
             await delivery.off_loop(pool, planner.tick, int(time.time() * 1000))
+            # a balancing run goes on in slices, one executor job each: the agent's batches queue between them
+            until = time.monotonic() + plan_every_s
+            while (planner.balancing_in_progress and time.monotonic() < until
+                   and max(planner.last_batch_size, last_fetched()) < BATCH_MAX):
+                await delivery.off_loop(pool, planner.balance_slice, int(time.time() * 1000))
         except Exception:
             log.exception("planner timer run failed; exiting so a restart resumes from the store")
             logging.shutdown()
@@ -266,7 +273,8 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                 plan_every_s: float = PLAN_EVERY_S, balancing: bool = True, incremental: bool = True,
                 http: tuple[str, int] | None = None, balancer_alive: Callable[[], bool] | None = None,
                 server_timeout_ms: int = planner_mod.DEFAULT_SERVER_TIMEOUT_MS,
-                applied_window: AppliedWindow | None = None, balancer: Any = None) -> int:
+                applied_window: AppliedWindow | None = None, balancer: Any = None,
+                period_ms: int = DEFAULT_PERIOD_MS) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
     (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`). With
     ``balancer`` (a :class:`~streaming.balancer.supervisor.BalancerSupervisor`) its health is reported and, when
@@ -318,7 +326,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
               f"{_resume_text(lockbox.next_offsets())}"
               f"{' (store wiped: older format)' if lb_store.wiped else ''}", flush=True)
         planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental,
-                               server_timeout_ms=server_timeout_ms)
+                               server_timeout_ms=server_timeout_ms, period_ms=period_ms)
         print(f"planner agent: {len(planner.state.servers)} servers, {len(planner.state.used)} used segments, "
               f"{len(planner.state.queue)} commands in flight restored; resuming from "
               f"{_resume_text(planner.next_offsets())}"

@@ -128,6 +128,7 @@ from coordinator.placement.liveness import DEFAULT_SERVER_TIMEOUT_MS, server_los
 from coordinator.placement.projected import command_id
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS
 from coordinator.placement.state import PlacementState, Touched
+from coordinator.planner.balancing import DEFAULT_PERIOD_MS, DEFAULT_SLICE_DRAWS, BalancingRun
 from coordinator.planner.planner import FULL_RUN_EVERY_MS, Plan, PlanCommand, plan_state
 from events.cluster import ServerLeft, ServerLost
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
@@ -171,12 +172,17 @@ class PlannerAgent:
 
     def __init__(self, store: AgentStateStore, topics: Topics, sink: Sink,
                  load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS, *, balancing: bool = True,
-                 incremental: bool = True, server_timeout_ms: int = DEFAULT_SERVER_TIMEOUT_MS) -> None:
+                 incremental: bool = True, server_timeout_ms: int = DEFAULT_SERVER_TIMEOUT_MS,
+                 period_ms: int = DEFAULT_PERIOD_MS, slice_draws: int = DEFAULT_SLICE_DRAWS) -> None:
+        if period_ms < 1 or slice_draws < 1:
+            raise ValueError(f"period_ms and slice_draws: at least 1, got {period_ms} and {slice_draws}")
         self.store = store
         self.server_timeout_ms = server_timeout_ms
         self._first_tick: int | None = None  # the shell's clock at the first timer run of this process
         self._lost_sent: dict[str, int] = {}  # server -> last heard, of the ServerLost sent and not read back yet
         self.balancing = balancing  # False: the Spark balancer makes the moves (stages 7, 10, 11 skipped)
+        self.period_ms = period_ms  # druid.coordinator.period: one balancing run per period (event/timer time)
+        self.slice_draws = slice_draws  # candidates one balancing slice may draw
         self.incremental = incremental  # False: every run looks at every segment (the reference)
         self.topics = topics
         self.input_topics = (topics.name(SEGMENTS), topics.name(CLUSTER), topics.name(COMMANDS))
@@ -185,6 +191,16 @@ class PlannerAgent:
         self.counters = AgentCounters()
         self.state, meta = _load(store, load_timeout_ms)
         self.runs: int = meta.get("runs", 0)
+        self.balanced_at: int | None = meta.get("balancedAt")  # when the last balancing run began
+        self.balancing_runs: int = meta.get("balancingRuns", 0)  # balancing runs begun (their seeds' run numbers)
+        self.balance_requested: bool = meta.get("balanceRequested", False)  # a server, rule or config change
+        self.balancing_run: BalancingRun | None = None  # the run in progress (slices left)
+        resumed = meta.get("balancingRun")
+        if resumed is not None and balancing and self.state.start is not None:
+            # resumed under its run number: the same seeded draws, the moves already made count against its budget
+            self.balancing_run = BalancingRun(self.state, now=resumed["started"], run=resumed["run"],
+                                              start=self.state.start)
+            self.balancing_run.moves.update(resumed["moved"])
         self.last_full_run: int | None = None  # event time of the last full run in this process (None: none yet)
         self.deferred: set[SegmentId] = set()  # segments the last runs left short: in every next run's scope
         self._next = store.offsets()
@@ -233,8 +249,12 @@ class PlannerAgent:
                 trigger = (("planner:" + rec.topic, rec.partition, rec.offset), env.event_id)
                 causes.update(dict.fromkeys(t.segments, env.event_id))
         emitted = 0
+        if touched.cluster and self.balancing:
+            self.balance_requested = True  # balance again now, from the new cluster (the run in progress is stale)
         if trigger is not None and self._may_decide() and not (touched.answered_own and not self.deferred):
             emitted = self._plan_and_emit(self.state.last_event_at, touched, *trigger, causes)
+        if self.balance_requested:  # the batch's own plan went out first; the balancing run's first slice follows
+            emitted += self._balance_slice(self.state.last_event_at, start=True)
         self.sink.flush()
         if emitted:
             _fault_point(self._next)
@@ -260,15 +280,20 @@ class PlannerAgent:
             return 0
         full = not self.incremental or self.last_full_run is None or now - self.last_full_run >= FULL_RUN_EVERY_MS
         scope = None if full else expired.segments | self.deferred
-        result = self._run(now, scope, balance=self.balancing, mark=True)
+        result = self._run(now, scope, balance=False, mark=True)
         if not result.commands and not result.mark_unused:
-            if st.dirty:  # timed-out commands settled (a move's drop half touches no segment's projection)
+            emitted = self._balance_slice(now, start=True)
+            if emitted:
+                self.sink.flush()
+                _fault_point(self._next, self.runs)
+            if emitted or st.dirty:  # or timed-out commands settled (a move's drop half touches no projection)
                 self._commit(self.store.batch())
-            return 0
+            return emitted
         pre = self.store.batch()  # the run number first: its ids are never reused for other content
         pre.put(_key("meta", ""), codec.value(st, "meta", "", self._meta()) or b"")
         self.store.commit(pre)
         emitted = self._emit(result, now, ("planner:timer:" + self.topics.name(COMMANDS), 0, self.runs), None)
+        emitted += self._balance_slice(now, start=True)
         self.sink.flush()
         if emitted:
             _fault_point(self._next, self.runs)
@@ -293,6 +318,52 @@ class PlannerAgent:
             self.sink.flush()
             self.counters.emitted += sent
         return sent
+
+    @property
+    def balancing_in_progress(self) -> bool:
+        """Whether a balancing run has slices left (the shell keeps calling :meth:`balance_slice` meanwhile)."""
+        return self.balancing_run is not None
+
+    def balance_slice(self, wall_ms: int) -> int:
+        """One slice of the balancing run in progress, at the shell's clock (never earlier than the latest event
+        time): at most ``slice_draws`` candidates, its moves emitted, flushed and committed with the run's
+        progress. Returns the events emitted (0 with no run in progress). Between two slices the shell feeds
+        batches to :meth:`process`, which plans them first: a publish never waits for a whole balancing run."""
+        if self.balancing_run is None:
+            return 0
+        emitted = self._balance_slice(max(wall_ms, self.state.last_event_at), start=False)
+        self.sink.flush()
+        if emitted:
+            _fault_point(self._next, -self.balancing_runs)  # salted apart from the timer runs' kill points
+        self._commit(self.store.batch())
+        return emitted
+
+    def _balance_slice(self, now: int, *, start: bool) -> int:
+        """Start a balancing run when one is due (``start``: a server, rule or config change asked for one, or a
+        period passed since the last began; a stale run in progress is replaced), then take one slice of the run
+        in progress. Balancing runs are numbered apart from plan runs (their seeds are never reused; the plan-run
+        counter, which salts unused marks' ids, counts what it counted before)."""
+        if not self.balancing or not self._may_decide():
+            return 0
+        st = self.state
+        if start and st.start is not None:
+            stale = self.balancing_run is not None and self.balancing_run.stale()
+            due = self.balance_requested or stale or (
+                self.balancing_run is None and (self.balanced_at is None or now - self.balanced_at >= self.period_ms))
+            if due:
+                self.balancing_runs += 1
+                self.balancing_run = BalancingRun(st, now=now, run=self.balancing_runs, start=st.start)
+                self.balanced_at, self.balance_requested = now, False
+        run = self.balancing_run
+        if run is None:
+            return 0
+        began = time.perf_counter()
+        result = run.step(now, self.slice_draws)
+        if run.done:
+            self.balancing_run = None
+        if self.on_run is not None:
+            self.on_run(result, st, (time.perf_counter() - began) * 1000, now, False)
+        return self._emit(result, now, ("planner:balance:" + self.topics.name(COMMANDS), 0, run.run_number), None)
 
     def _logical(self, topic: str) -> str:
         for logical in (SEGMENTS, CLUSTER, COMMANDS):
@@ -335,7 +406,7 @@ class PlannerAgent:
         balances once per coordinator period: publishes and announces get their loads and drops at once, the
         moves they may call for wait for the timer's run)."""
         if touched.cluster or not self.incremental:
-            result = self._run(now, None, balance=touched.cluster and self.balancing, mark=False)
+            result = self._run(now, None, balance=False, mark=False)
         else:
             result = self._run(now, touched.segments | self.deferred, balance=False, mark=False)
         return self._emit(result, now, position, cause, causes)
@@ -401,7 +472,12 @@ class PlannerAgent:
 
     # -- persistence -----------------------------------------------------------------------------
     def _meta(self) -> dict[str, Any]:
-        return {"runs": self.runs}
+        run = self.balancing_run
+        progress = None if run is None else {"run": run.run_number, "started": run.started,
+                                             "moved": dict(sorted(run.moves.items()))}
+        return {"runs": self.runs, "balancingRuns": self.balancing_runs, "balancedAt": self.balanced_at,
+                "balanceRequested": self.balance_requested,
+                "balancingRun": progress}
 
     def _commit(self, batch: StoreBatch) -> None:
         for family, key, value in codec.changed(self.state, self._meta()):

@@ -138,7 +138,7 @@ def test_planner_store_and_replay_equal_the_pure_fold(case: tuple[list[list[Enve
     read_back: list[InputRecord] = []  # the agent's output, delivered with the next batch
     expired_any = False
     with tempfile.TemporaryDirectory() as tmp, AgentStateStore(Path(tmp) / "planner", FORMAT_VERSION) as store:
-        agent = PlannerAgent(store, TOPICS, sink, LOAD_TIMEOUT_MS)
+        agent = PlannerAgent(store, TOPICS, sink, LOAD_TIMEOUT_MS, slice_draws=2)  # balancing runs span batches
         for batch, tick in zip(batches, ticks, strict=True):
             records = read_back + [log.append(env) for env in batch]
             for rec in records:
@@ -154,6 +154,8 @@ def test_planner_store_and_replay_equal_the_pure_fold(case: tuple[list[list[Enve
                 oracle.state.expire(now)
                 expired_any |= len(oracle.state.queue) < before
                 agent.tick(now)
+                if agent.balancing_in_progress:  # one more slice of the balancing run, between two batches
+                    agent.balance_slice(now)
                 for env in (timer := sink.take()):
                     oracle.decision(env)
                 emitted += timer
