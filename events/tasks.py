@@ -130,3 +130,16 @@ def task_finished_v1_to_v2(payload: Payload) -> Payload:
     out = {k: v for k, v in payload.items() if k != "success"}
     out["status"] = "success" if success else "failed"
     return out
+
+
+@event_type("segments_import_requested", topic=LOCK_REQUESTS)
+@dataclass(frozen=True, slots=True)
+class SegmentsImportRequested(Event):
+    """An operator's import of segments that exist outside (``segcoord segments import FILE.json``).
+
+    One data source per request; the lockbox answers ``segments_imported`` or ``segments_import_rejected``.
+    """
+
+    request_id: str = wire("requestId")
+    segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True)
+    source: str = wire("source", allow_empty=True)

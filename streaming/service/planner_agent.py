@@ -112,6 +112,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from coordinator.locks.seal import publish_refusal
 from coordinator.placement import codec
 from coordinator.placement.projected import command_id
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS
@@ -124,6 +125,7 @@ from events.schema import EventValidationError, Instant
 from events.segment import SegmentId
 from events.segments import SegmentsMarkedUnused
 from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
+from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
 from streaming.service.state import AgentStateStore, StoreBatch
 
@@ -158,8 +160,9 @@ class PlannerAgent:
 
     def __init__(self, store: AgentStateStore, topics: Topics, sink: Sink,
                  load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS, *, balancing: bool = True,
-                 incremental: bool = True) -> None:
+                 incremental: bool = True, publish_key: bytes | None = None) -> None:
         self.store = store
+        self.publish_key = publish_key if publish_key is not None else credentials.publish_key()
         self.balancing = balancing  # False: the Spark balancer makes the moves (stages 7, 10, 11 skipped)
         self.incremental = incremental  # False: every run looks at every segment (the reference)
         self.topics = topics
@@ -195,6 +198,10 @@ class PlannerAgent:
             if env is None:
                 continue
             if logical != COMMANDS and seen(env, batch, self.store, c):
+                continue
+            refused = publish_refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
+            if refused is not None:
+                self._bad(rec, refused)
                 continue
             try:
                 t = self.state.evolve(env)

@@ -35,6 +35,7 @@ def test_registry_holds_every_type_of_the_design() -> None:
         "rules_set", "dynamic_config_set", "segment_visibility_changed", "load_segment", "drop_segment",
         "dead_lettered", "publish_accepted", "task_registered", "task_deregistered", "segment_load_refused",
         "cancel_segment_load", "segments_marked_used", "lock_release_requested",
+        "segments_import_requested", "segments_imported", "segments_import_rejected",
     }
     assert {c.event_type for c in ALL} == design
 

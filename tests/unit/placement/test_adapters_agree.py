@@ -41,6 +41,7 @@ from streaming.replay import LogFold, LogRecord
 from streaming.service.intake import InputRecord
 from streaming.service.planner_agent import FORMAT_VERSION, PlannerAgent, load_state
 from streaming.service.state import AgentStateStore
+from tests.accepted import through_lockbox
 from tests.unit.placement.history import history
 
 EXAMPLES = int(os.environ.get("PLACEMENT_EXAMPLES", "100"))
@@ -215,7 +216,7 @@ def test_a_server_that_left_keeps_its_holdings_in_replay_as_in_the_planner() -> 
     seg = POOL[0]
     events: list[Envelope[Event]] = [
         Envelope(ServerJoined(server="h1", tier="hot", max_size_bytes=1000), "e0", Instant(T0), "h1"),
-        Envelope(SegmentsPublished(task_id="t", segments=(seg,)), "e1", Instant(T0), "wiki"),
+        through_lockbox(Envelope(SegmentsPublished(task_id="t", segments=(seg,)), "e1", Instant(T0), "wiki")),
         Envelope(SegmentAnnounced(server="h1", segment=seg), "e2", Instant(T0), "wiki"),
         Envelope(ServerLeft(server="h1"), "e3", Instant(T0 + 1), "h1")]
     log, fold = Log(), LogFold()
