@@ -13,7 +13,7 @@ Invariants:
   payloads are upcast first; a newer version than this build knows is refused.
 - ``decode`` raises :class:`~events.schema.EventValidationError` naming the
   offending field (``payload.segments[0].interval``) and never anything else
-  for bad bytes.
+  for bad bytes; a message over :data:`~events.limits.MAX_EVENT_BYTES` is refused unparsed.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from events.instant import format_instant
+from events.limits import MAX_EVENT_BYTES
 from events.registry import Event, event_class, upcast
 from events.schema import EventValidationError, Instant, decode_instant, decode_record, encode_record
 
@@ -75,6 +76,8 @@ def decode(data: bytes | bytearray | memoryview | str | None) -> Envelope[Event]
     """Parse, upcast and validate one message value."""
     if data is None:
         raise EventValidationError("value", None, "message has no value (tombstone)")
+    if len(data) > MAX_EVENT_BYTES:
+        raise EventValidationError("value", f"{len(data)} bytes", f"an event may hold at most {MAX_EVENT_BYTES} bytes")
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from events.limits import MAX_SEGMENT_IDS
 from events.registry import Event, event_type
 from events.schema import JsonValue, wire
 from events.segment import SegmentDescriptor
@@ -31,7 +32,7 @@ class SegmentsPublished(Event):
 @event_type("segments_marked_unused", topic=SEGMENTS)
 @dataclass(frozen=True, slots=True)
 class SegmentsMarkedUnused(Event):
-    segment_ids: tuple[str, ...] = wire("segmentIds", non_empty=True)
+    segment_ids: tuple[str, ...] = wire("segmentIds", non_empty=True, max_items=MAX_SEGMENT_IDS)
     reason: str = wire("reason", allow_empty=True)
 
 
