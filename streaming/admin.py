@@ -9,6 +9,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from events.topics import TOPIC_SPECS, Topics
+from streaming import credentials
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +39,7 @@ def create_topics(
         raise ValueError(f"unknown topic(s) in partition overrides: {', '.join(sorted(unknown))}")
     if partitions < 1 or any(n < 1 for n in overrides.values()):
         raise ValueError("partition counts must be at least 1")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(credentials.client_config(bootstrap))
     wanted = [
         NewTopic(
             topics.name(s.name),
@@ -64,7 +65,7 @@ def create_topics(
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> None:
     """Create one topic by its physical name (tests and tools); an existing topic is fine."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(credentials.client_config(bootstrap))
     fut = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
                                         config=dict(config or {}))])[name]
     try:

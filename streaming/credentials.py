@@ -30,6 +30,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from streaming.config import home_dir
 
@@ -133,6 +134,23 @@ def client_config(bootstrap: str, environ: Mapping[str, str] | None = None) -> d
     sec = kafka_security(environ)
     sec.check_bootstrap(bootstrap)
     return {"bootstrap.servers": bootstrap, **sec.librdkafka()}
+
+
+def faust_credentials(bootstrap: str, environ: Mapping[str, str] | None = None) -> Any:
+    """Faust's ``broker_credentials`` (aiokafka underneath): SASL and/or TLS, or None for plaintext."""
+    sec = kafka_security(environ)
+    sec.check_bootstrap(bootstrap)
+    if sec.protocol == "PLAINTEXT":
+        return None
+    import ssl
+
+    import faust
+
+    context = ssl.create_default_context(cafile=sec.ca_location) if sec.ca_location else None
+    if not sec.sasl:
+        return faust.SSLCredentials(context)
+    return faust.SASLCredentials(username=sec.username, password=sec.password, ssl_context=context,
+                                 mechanism=sec.mechanism or MECHANISM)
 
 
 def read_properties(path: Path) -> dict[str, str]:

@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from events.envelope import Envelope, encode
 from events.registry import Event
 from events.topics import Topics
+from streaming import credentials
 
 
 class ProduceError(RuntimeError):
@@ -28,7 +29,7 @@ class EventProducer:
         self.topics = topics
         self._errors: list[str] = []
         self._producer = Producer({
-            "bootstrap.servers": bootstrap,
+            **credentials.client_config(bootstrap),
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 5,

@@ -170,7 +170,8 @@ def _all_records(consumer: Consumer, topics: Topics) -> list[list[LogRecord]]:
 
 def read_log(bootstrap: str, topics: Topics, until: Until | None = None) -> Iterator[LogRecord]:
     """Every decodable record of every topic, merged by timestamp with each partition's order kept."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "segcoord-replay", "enable.auto.commit": False,
+    consumer = Consumer({**credentials.client_config(bootstrap),
+                         "group.id": "segcoord-replay", "enable.auto.commit": False,
                          "enable.partition.eof": False, "isolation.level": "read_committed"})
     try:
         queues = [q for q in _all_records(consumer, topics) if q]

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, Topics
+from streaming import credentials
 from streaming.producer import EventProducer
 from streaming.service import lockbox_agent as lockbox_mod
 from streaming.service import planner_agent as planner_mod
@@ -104,6 +105,7 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     app = faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
+        broker_credentials=credentials.faust_credentials(bootstrap),
         store="memory://",
         autodiscover=False,
         web_enabled=False,
