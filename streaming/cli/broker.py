@@ -12,10 +12,35 @@ from streaming.cli.common import CliError, add_bootstrap, add_home, add_topic_pr
 
 def cmd_kafka_start(args: argparse.Namespace) -> int:
     local = broker(args)
+    if args.secure:
+        local.secure = True
     started = time.monotonic()
     address = local.start(timeout=args.timeout)
     print(f"kafka running at {address} (pid {local.status().pid}, home {local.home}, "
           f"{time.monotonic() - started:.1f}s)")
+    if local.secure:
+        _grant(local, address, topics(args))
+    return 0
+
+
+def _grant(local: Any, address: str, names: Any) -> None:
+    from streaming import local_sasl
+
+    count = local_sasl.grant_acls(address, local.admin_config(), names)
+    folder = local_sasl.credentials_dir(local.dir)
+    print(f"SASL/SCRAM-SHA-512 with ACLs: {count} ACLs for topics {names.prefix}*; client settings per role in "
+          f"{folder}/<role>.properties (roles: admin, {', '.join(r.name for r in local_sasl.ROLES)}); "
+          f"use one with SEGCOORD_KAFKA_CONFIG=<file>")
+
+
+def cmd_kafka_acls(args: argparse.Namespace) -> int:
+    local = broker(args)
+    status = local.status()
+    if not status.running or not status.bootstrap:
+        raise CliError(f"the local broker under {local.home} is not running (segcoord kafka start --secure)")
+    if not local.secure:
+        raise CliError(f"the local broker under {local.home} is open (started without --secure): no ACLs to grant")
+    _grant(local, status.bootstrap, topics(args))
     return 0
 
 
@@ -79,6 +104,15 @@ def register(sub: Any) -> None:
         p.add_argument("--heap-mb", type=int, default=512, help="broker JVM heap in MB (default 512)")
         p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for it to answer")
         p.set_defaults(func=func)
+        if name == "start":
+            p.add_argument("--secure", action="store_true",
+                           help="SASL/SCRAM-SHA-512, StandardAuthorizer, one principal per role with ACLs "
+                                "(docs/security.md); a home keeps the mode it was first started in")
+            add_topic_prefix(p)
+    acls = ksub.add_parser("acls", help="grant the role ACLs of a secure local broker for a topic prefix")
+    add_home(acls, "broker home (default $SEGCOORD_HOME, ~/.local/state/segcoord)")
+    add_topic_prefix(acls)
+    acls.set_defaults(func=cmd_kafka_acls)
 
     tps = sub.add_parser("topics", help="Kafka topics of the design")
     tsub = tps.add_subparsers(dest="action", metavar="ACTION", required=True)
