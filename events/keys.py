@@ -31,6 +31,7 @@ from events.segments import (
     SegmentsPublished,
     SegmentUnannounced,
 )
+from events.tasks import SegmentsImportRequested
 
 
 def partition_key(event: Event) -> str | None:
@@ -42,7 +43,7 @@ def partition_key(event: Event) -> str | None:
         return event.server
     if isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad):
         return event.server
-    if isinstance(event, SegmentsPublished | SegmentsMarkedUsed):
+    if isinstance(event, SegmentsPublished | SegmentsMarkedUsed | SegmentsImportRequested):
         return event.segments[0].data_source
     if isinstance(event, SegmentAnnounced):
         return event.segment.data_source
