@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +57,9 @@ ROLES: tuple[Role, ...] = (
     Role("coordinator", ALL_TOPICS, (LOCKS, TIMELINE, COMMANDS, SEGMENTS, DEADLETTER, CLUSTER, SNAPSHOTS, METRICS),
          "the service (segcoord run): decisions, visibility, commands, publishes, dead letters, server_lost"),
     Role("task", (LOCKS,), (LOCK_REQUESTS,), "an indexing task: lock, allocation and publish requests"),
-    Role("historical", (COMMANDS,), (SEGMENTS, CLUSTER), "a historical: reads its commands, announces, refuses"),
+    Role("historical", (COMMANDS, SEGMENTS, CLUSTER), (SEGMENTS, CLUSTER),
+         "a historical: reads its commands (and segments and cluster, to rebuild what it holds at start), "
+         "announces to segments, joins and refuses on cluster"),
     Role("operator", ALL_TOPICS, (CLUSTER, LOCK_REQUESTS),
          "an operator: rules and dynamic config on cluster, segments imports through the lockbox; reads all"),
     Role("subscriber", (TIMELINE, SEGMENTS), (), "a query layer: reads timeline and segments"),
@@ -161,6 +164,7 @@ def grant_acls(bootstrap: str, admin_settings: dict[str, str], topics: Topics, t
     """Create the role ACLs for the topics under ``topics.prefix`` (idempotent); returns how many."""
     from confluent_kafka.admin import (
         AclBinding,
+        AclBindingFilter,
         AclOperation,
         AclPermissionType,
         AdminClient,
@@ -174,4 +178,15 @@ def grant_acls(bootstrap: str, admin_settings: dict[str, str], topics: Topics, t
                 for principal, rtype, name, op in role_acls(topics)]
     for future in admin.create_acls(bindings, request_timeout=timeout).values():
         future.result()
-    return len(bindings)
+    # the broker's authorizer learns them from the metadata log a moment later: wait until it lists them all
+    wanted = {(b.principal, b.restype, b.name, b.operation) for b in bindings}
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                                  AclPermissionType.ANY)
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = admin.describe_acls(everything, request_timeout=timeout).result()
+        if wanted <= {(b.principal, b.restype, b.name, b.operation) for b in listed}:
+            return len(bindings)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the broker does not list the {len(bindings)} ACLs after {timeout:.0f}s")
+        time.sleep(0.1)
