@@ -31,7 +31,9 @@ def create_topics(
     """Create every topic of the design (``overrides`` maps logical names to partition counts).
 
     Event logs keep their whole history; ``snapshots`` is compacted. Topics that
-    already exist are left as they are and reported as ``exists``.
+    already exist are left as they are and reported as ``exists``. With ``replication`` > 1 every topic
+    gets ``min.insync.replicas = replication - 1`` (3 replicas: 2), so with the producers' ``acks=all`` an
+    acknowledged record is on two nodes and one node may be down without stopping writes.
     """
     overrides = dict(overrides or {})
     unknown = set(overrides) - {s.name for s in TOPIC_SPECS}
@@ -45,7 +47,7 @@ def create_topics(
             topics.name(s.name),
             num_partitions=overrides.get(s.name, partitions),
             replication_factor=replication,
-            config=s.configs(),
+            config={**s.configs(), **({"min.insync.replicas": str(replication - 1)} if replication > 1 else {})},
         )
         for s in TOPIC_SPECS
     ]
