@@ -26,7 +26,7 @@ from coordinator.locks.seal import seal_publish
 from coordinator.locks.snapshot import encode_snapshot
 from events import Envelope, Event, Interval, SegmentDescriptor, Topics, decode, encode
 from events.ids import derived_event_id
-from events.locks import LockGranted, LockWaiting, PublishAccepted, SegmentAllocated
+from events.locks import LockGranted, LockWaiting, PublishAccepted, SegmentAllocated, SegmentsImported
 from events.schema import EventValidationError, Instant
 from events.segments import SegmentsPublished
 from events.tasks import LockRequested, PublishRequested, SegmentAllocationRequested, TaskFinished, TaskStarted
@@ -276,10 +276,15 @@ def pure_fold(records: list[Raw]) -> Expected:
         for i, d in enumerate(decisions):
             locks.append(encode(Envelope(d, derived_event_id(r.topic, r.partition, r.offset, i), e.occurred_at,
                                          e.key, e.event_id)))
-        accepted = [(i, d) for i, d in enumerate(decisions) if isinstance(d, PublishAccepted)]
+        accepted = [(i, d) for i, d in enumerate(decisions) if isinstance(d, PublishAccepted)
+                    or (isinstance(d, SegmentsImported) and not d.already_imported)]
         for j, (i, d) in enumerate(accepted):  # each sealed, naming its decision (coordinator/locks/seal.py)
-            sp = SegmentsPublished(task_id=d.task_id, segments=d.segments, start_metadata=d.start_metadata,
-                                   end_metadata=d.end_metadata)
+            if isinstance(d, SegmentsImported):
+                sp = SegmentsPublished(task_id=f"import:{d.request_id}", segments=d.segments)
+            else:
+                assert isinstance(d, PublishAccepted)
+                sp = SegmentsPublished(task_id=d.task_id, segments=d.segments, start_metadata=d.start_metadata,
+                                       end_metadata=d.end_metadata)
             unsealed = Envelope(sp, derived_event_id(r.topic, r.partition, r.offset, len(decisions) + j),
                                 e.occurred_at, d.segments[0].data_source, e.event_id)
             decision_id = derived_event_id(r.topic, r.partition, r.offset, i)
