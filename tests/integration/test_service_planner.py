@@ -107,9 +107,10 @@ def send(bootstrap: str, topics: Topics, event: Event, key: str) -> Envelope[Eve
 
 
 def publish_through_lockbox(bootstrap: str, topics: Topics, segments: tuple[SegmentDescriptor, ...], key: str,
-                            timeout: float = 120.0) -> Envelope[Event]:
-    """Import ``segments`` through the running service's lockbox; its ``segments_published`` once on the log."""
-    request = send(bootstrap, topics, import_request(segments, uuid.uuid4().hex), key)
+                            timeout: float = 120.0, request_event: Event | None = None) -> Envelope[Event]:
+    """Import ``segments`` (or send ``request_event``, e.g. a task's ``PublishRequested``) through the running
+    service's lockbox; its ``segments_published`` once on the log."""
+    request = send(bootstrap, topics, request_event or import_request(segments, uuid.uuid4().hex), key)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for env in decoded(bootstrap, topics, SEGMENTS):
