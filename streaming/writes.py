@@ -21,6 +21,7 @@ from events.keys import partition_key
 from events.registry import Event
 from events.schema import Instant
 from events.topics import Topics
+from streaming import credentials
 
 
 class WriteError(RuntimeError):
@@ -71,7 +72,7 @@ def submit(bootstrap: str, topics: Topics, event: Event, *, wait_s: float = 20.0
         else:
             landed.append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+    producer = Producer({**credentials.client_config(bootstrap), "enable.idempotence": True, "acks": "all",
                          "message.timeout.ms": 15000})
     producer.produce(topic, value=encode(env), key=env.key.encode(), on_delivery=delivered)
     producer.flush(20)
@@ -85,7 +86,7 @@ def submit(bootstrap: str, topics: Topics, event: Event, *, wait_s: float = 20.0
 
 def wait_applied(bootstrap: str, group: str, topic: str, partition: int, offset: int, wait_s: float) -> bool:
     """Whether ``group`` committed an offset past ``offset`` on the partition within ``wait_s`` seconds."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer({**credentials.client_config(bootstrap), "group.id": group, "enable.auto.commit": False})
     deadline = time.monotonic() + wait_s
     try:
         while True:

@@ -60,6 +60,7 @@ from typing import Any, Protocol
 
 from coordinator.planner.balancing import DEFAULT_PERIOD_MS
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, TIMELINE, Topics
+from streaming import credentials
 from streaming.producer import EventProducer
 from streaming.service import delivery, faust_patches
 from streaming.service import lockbox_agent as lockbox_mod
@@ -113,6 +114,7 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     app = faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
+        broker_credentials=credentials.faust_credentials(bootstrap),
         store="memory://",
         autodiscover=False,
         web_enabled=False,
