@@ -34,6 +34,7 @@ from events.topics import (
     SEGMENTS,
     SNAPSHOTS,
     TIMELINE,
+    UPSERT_STRATEGY,
     Topics,
 )
 from streaming.credentials import KafkaSecurity, write_properties
@@ -50,19 +51,23 @@ class Role:
     doc: str
 
 
-ALL_TOPICS = (LOCK_REQUESTS, LOCKS, SEGMENTS, CLUSTER, TIMELINE, COMMANDS, DEADLETTER, SNAPSHOTS, METRICS)
+ALL_TOPICS = (LOCK_REQUESTS, LOCKS, SEGMENTS, CLUSTER, TIMELINE, COMMANDS, DEADLETTER, SNAPSHOTS, METRICS,
+              UPSERT_STRATEGY)
 
 #: What each role may read and write (logical topic names under the deployment's prefix).
 ROLES: tuple[Role, ...] = (
-    Role("coordinator", ALL_TOPICS, (LOCKS, TIMELINE, COMMANDS, SEGMENTS, DEADLETTER, CLUSTER, SNAPSHOTS, METRICS),
-         "the service (segcoord run): decisions, visibility, commands, publishes, dead letters, server_lost"),
+    Role("coordinator", ALL_TOPICS, (LOCKS, TIMELINE, COMMANDS, SEGMENTS, DEADLETTER, CLUSTER, SNAPSHOTS, METRICS,
+                                        UPSERT_STRATEGY),
+         "the service (segcoord run): decisions, visibility, commands, publishes, dead letters, server_lost, "
+         "upsert strategies"),
     Role("task", (LOCKS,), (LOCK_REQUESTS,), "an indexing task: lock, allocation and publish requests"),
     Role("historical", (COMMANDS, SEGMENTS, CLUSTER), (SEGMENTS, CLUSTER),
          "a historical: reads its commands (and segments and cluster, to rebuild what it holds at start), "
          "announces to segments, joins and refuses on cluster"),
     Role("operator", ALL_TOPICS, (CLUSTER, LOCK_REQUESTS),
          "an operator: rules and dynamic config on cluster, segments imports through the lockbox; reads all"),
-    Role("subscriber", (TIMELINE, SEGMENTS), (), "a query layer: reads timeline and segments"),
+    Role("subscriber", (TIMELINE, SEGMENTS, UPSERT_STRATEGY), (),
+         "a query layer: reads timeline and segments, and upsert strategies"),
 )
 
 
