@@ -18,8 +18,13 @@ here; the fold's docstring defines every event's effect. An event the fold refus
 Replay prints it; :func:`audit` runs the same fold and checks, at every step:
 
 - the timeline agent's output (``timeline``, deduplicated by id) is exactly the
-  pure fold's, change for change, and the fold never serves two versions of a
-  data source at one instant;
+  pure fold's, change for change, up to where the agent has read: per partition of
+  ``segments``, every change the fold derives from a record at or before the last
+  record the agent emitted a change for must be there (a gap is a violation); the
+  changes of the records after it are the agent's lag (``AuditReport.behind``), not
+  a violation: a service stopped right after the planner wrote its last unannounces
+  has not read them yet, and emits them when it resumes from its stored offsets;
+- the fold never serves two versions of a data source at one instant;
 - every segment a ``publish_accepted`` commits lies inside a live lock of its task (or the task's group)
   when the decision is taken (imports are under no lock);
 - every ``segments_published`` carries the lockbox's seal (:mod:`coordinator.locks.seal`; the fold skips
@@ -43,7 +48,7 @@ import contextlib
 import heapq
 import itertools
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -368,9 +373,25 @@ def _covered(interval: Interval, locks: list[TaskLock]) -> bool:
 
 def audit(bootstrap: str, topics: Topics, command_timeout_ms: int = 15 * 60_000) -> list[Violation]:
     """Every violation of the log's invariants, in log order."""
-    fold = LogFold()
+    return audit_records(read_log(bootstrap, topics), topics, command_timeout_ms).violations
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReport:
+    """What :func:`audit_records` found: the violations, and the fold's changes the timeline agent has not
+    emitted yet because it has not read their input (ids, after its last emitted change on each partition)."""
+
+    violations: list[Violation]
+    behind: list[str]
+
+
+def audit_records(records: Iterable[LogRecord], topics: Topics, command_timeout_ms: int = 15 * 60_000,
+                  publish_key: bytes | None = None) -> AuditReport:
+    """:func:`audit` over records already read (merged as :func:`read_log` merges them)."""
+    fold = LogFold(publish_key=publish_key)
     violations: list[Violation] = []
     expected: list[str] = []  # the pure fold's visibility change ids, in order
+    origin: dict[str, tuple[int, int]] = {}  # fold's change id -> (partition, offset) of its input on segments
     emitted: dict[str, SegmentVisibilityChanged] = {}
     emitted_order: list[str] = []
     want: dict[str, tuple[str, str | None, str | None]] = {}  # fold's change id -> (segment, from, to)
@@ -378,7 +399,7 @@ def audit(bootstrap: str, topics: Topics, command_timeout_ms: int = 15 * 60_000)
     decisions: dict[str, tuple[SegmentDescriptor, ...]] = {}  # publish_accepted/segments_imported id -> segments
     sealed: list[LogRecord] = []
     end = 0
-    for record in read_log(bootstrap, topics):
+    for record in records:
         end = max(end, record.timestamp)
         env, event = record.envelope, record.envelope.event
         if isinstance(event, PublishAccepted | SegmentsImported):
@@ -410,6 +431,7 @@ def audit(bootstrap: str, topics: Topics, command_timeout_ms: int = 15 * 60_000)
         for index, change in enumerate(changes):
             change_id = derived_event_id(topics.name(SEGMENTS), record.partition, record.offset, index)
             expected.append(change_id)
+            origin[change_id] = (record.partition, record.offset)
             want[change_id] = (str(change.segment_id), change.old, change.new)  # type: ignore[attr-defined]
         if isinstance(event, SegmentAnnounced):
             facts = fold.placement.servers.get(event.server)
@@ -424,11 +446,20 @@ def audit(bootstrap: str, topics: Topics, command_timeout_ms: int = 15 * 60_000)
                     if b.start < a.end:
                         violations.append(Violation("two visible versions at one instant", record.position,
                                                     f"{ds}: {a.iso()} and {b.iso()}"))
-    if emitted:  # the agent ran: its output must be the pure fold's, change for change
+    behind: list[str] = []
+    if emitted:  # the agent ran: its output must be the pure fold's, change for change, as far as it has read
+        read_to: dict[int, int] = {}  # segments partition -> offset of the last input the agent emitted for
+        for change_id in expected:
+            if change_id in emitted:
+                partition, offset = origin[change_id]
+                read_to[partition] = max(offset, read_to.get(partition, -1))
         for change_id in expected:
             got = emitted.get(change_id)
             segment, old, new = want[change_id]
-            if got is None:
+            partition, offset = origin[change_id]
+            if got is None and offset > read_to.get(partition, -1):
+                behind.append(change_id)  # not read by the agent yet (it resumes from its stored offsets)
+            elif got is None:
                 violations.append(Violation("timeline change missing", change_id, f"{segment}: {old} -> {new}"))
             elif (got.segment_id, got.from_state, got.to_state) != (segment, old, new):
                 violations.append(Violation("timeline change differs", change_id,
@@ -450,7 +481,7 @@ def audit(bootstrap: str, topics: Topics, command_timeout_ms: int = 15 * 60_000)
                                         f"{type(record.envelope.event).__name__} for "
                                         f"{getattr(record.envelope.event, 'server', '?')} "
                                         f"older than {command_timeout_ms} ms"))
-    return violations
+    return AuditReport(violations, behind)
 
 
 def _position_key(record: LogRecord | None) -> tuple[int, str, int, int]:

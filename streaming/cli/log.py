@@ -25,17 +25,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     import orjson
 
-    from streaming.replay import ReplayError, as_json, audit
+    from streaming.replay import ReplayError, as_json, audit_records, read_log
 
     try:
-        violations = audit(bootstrap(args), topics(args), command_timeout_ms=args.command_timeout_ms)
+        report = audit_records(read_log(bootstrap(args), topics(args)), topics(args),
+                               command_timeout_ms=args.command_timeout_ms)
     except ReplayError as e:
         raise CliError(str(e)) from None
+    violations = report.violations
     if args.json:
-        print(orjson.dumps({"violations": as_json(violations)}).decode())
+        print(orjson.dumps({"violations": as_json(violations), "timelineBehind": len(report.behind)}).decode())
     else:
         for v in violations:
             print(v)
+        if report.behind:
+            print(f"timeline agent behind: {len(report.behind)} change(s) of input it has not read yet")
         print(f"{len(violations)} violation(s)")
     return 1 if violations else 0
 
