@@ -27,6 +27,7 @@ class EventProducer:
     def __init__(self, bootstrap: str, topics: Topics, *, extra: Mapping[str, Any] | None = None) -> None:
         self.topics = topics
         self._errors: list[str] = []
+        self.headers: list[tuple[str, bytes]] | None = None  # sent with every message when set
         self._producer = Producer({
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
@@ -48,7 +49,8 @@ class EventProducer:
         """Queue raw bytes on a physical topic (dead letters, tests of malformed input)."""
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
+                self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery,
+                                       headers=self.headers)
                 break
             except BufferError:
                 self._producer.poll(0.1)

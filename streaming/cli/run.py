@@ -17,6 +17,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from streaming.admin import create_topics
     from streaming.service.app import run_service
     from streaming.service.state import StateStoreError
+    from streaming.service.worker_identity import DuplicateWorkerError
 
     tps = topics(args)
     address = args.bootstrap or os.environ.get("SEGCOORD_BOOTSTRAP")
@@ -49,9 +50,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_service(address, tps, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
                            balancing=args.balancer == "planner", incremental=args.planner == "incremental",
                            http=http, balancer_alive=None if spark_balancer is None
-                           else (lambda: spark_balancer.poll() is None))
+                           else (lambda: spark_balancer.poll() is None), worker_id=args.worker_id)
+    except DuplicateWorkerError as e:
+        raise CliError(f"--worker-id: {e}") from None
+    except ValueError as e:
+        if args.worker_id is None or "worker id" not in str(e):
+            raise
+        raise CliError(f"--worker-id: {e}") from None
     except StateStoreError as e:
-        raise CliError(f"--state-dir: {e}") from None
+        held = " (another segcoord run is using this state folder: each worker needs its own)" \
+            if "lock" in str(e).lower() else ""
+        raise CliError(f"--state-dir: {e}{held}") from None
     except OSError as e:
         if http is None:
             raise
@@ -77,6 +86,10 @@ def register(sub: Any) -> None:
                                      "SIGTERM/SIGINT")
     add_kafka(run)
     run.add_argument("--state-dir", help="RocksDB state folder (default $SEGCOORD_HOME/service/<prefix>)")
+    run.add_argument("--worker-id", metavar="ID",
+                     help="this worker's identity in the consumer group (letters, digits, '._-'); default: the host "
+                          "name and a digest of --state-dir. Several workers (each its own --state-dir) split the "
+                          "partitions of segments and lock-requests; one of them, elected, runs the planner")
     run.add_argument("--log-level", default="info", choices=("crit", "error", "warn", "info", "debug"),
                      help="the service's own lines (one per planning decision batch) at info, the default; the "
                           "libraries' at warn or above")

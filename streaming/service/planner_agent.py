@@ -173,6 +173,7 @@ class PlannerAgent:
         self.deferred: set[SegmentId] = set()  # segments the last runs left short: in every next run's scope
         self._next = store.offsets()
         self.batches_since_start = 0
+        self.catching_up = False  # True: fold only, never plan (a new leader reading up to the log's end)
         self.last_batch_size = 0
         self.last_plan: Plan | None = None
         # (plan, state, duration ms, the run's time, whether it looked at every segment)
@@ -263,6 +264,8 @@ class PlannerAgent:
         (no drop rule, no zero-replica load), so nothing can be marked unused either. Skipping those runs keeps
         a stream without servers (replays, crash tests) as fast as the timeline agent alone."""
         st = self.state
+        if self.catching_up:
+            return False
         if st.tier_of:
             return True
         return any(not rule.type.startswith("load") or sum(n for _, n in rule.replicants) == 0

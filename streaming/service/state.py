@@ -15,7 +15,10 @@ Invariants:
   rebuildable cache and the agent replays the log instead of migrating.
 - **Clean close.** Every iterator is exhausted and released inside the call
   that made it (a live iterator or snapshot keeps the database locked after
-  ``close``), so :meth:`close` always releases the lock.
+  ``close``), so :meth:`close` always releases the lock. ``close`` may come from
+  another thread (a stop during a broker outage): it waits for a commit in
+  progress, and a commit after it raises :class:`StoreClosedError`, so a closed
+  store holds its last whole batch. ``close`` twice is a no-op.
 
 Key layout (bytes): ``meta/format``; ``offset/<topic>\\x00<partition>`` -> next
 offset to read (decimal text); ``applied/<event id>`` -> empty; agent data under
@@ -25,6 +28,7 @@ offset to read (decimal text); ``applied/<event id>`` -> empty; agent data under
 from __future__ import annotations
 
 import contextlib
+import threading
 from pathlib import Path
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
@@ -39,6 +43,10 @@ TopicPartition = tuple[str, int]
 
 class StateStoreError(RuntimeError):
     """The state folder cannot be opened (in use by another process, unreadable)."""
+
+
+class StoreClosedError(RuntimeError):
+    """A commit to a store closed by a stop (the batch is not written; a restart re-reads it)."""
 
 
 def _options() -> Options:
@@ -98,6 +106,8 @@ class AgentStateStore:
         self.format_version = format_version
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.wiped = False
+        self._lock = threading.Lock()
+        self._closed = False
         self._db = self._open()
         found = self._db.get(FORMAT_KEY)
         if found != format_version.encode():
@@ -168,12 +178,19 @@ class AgentStateStore:
 
     def commit(self, batch: StoreBatch) -> None:
         """Write the whole batch atomically (state, offsets and applied ids together)."""
-        self._db.write(batch._write_batch())
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError(f"state store {self.path} is closed (the worker is stopping)")
+            self._db.write(batch._write_batch())
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._db.flush_wal(True)
-        self._db.close()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            with contextlib.suppress(Exception):
+                self._db.flush_wal(True)
+            self._db.close()
 
     def __enter__(self) -> AgentStateStore:
         return self
