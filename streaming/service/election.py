@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +47,11 @@ log = logging.getLogger("segcoord.service")
 ELECTION_TOPIC = "planner-election"
 SESSION_TIMEOUT_MS = 6000
 HEADER = "segcoord-planner"
+
+
+def say(message: str) -> None:
+    """A leadership line on stdout, whatever the state of logging (elections start before the worker sets it up)."""
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} segcoord run: {message}", flush=True)
 
 
 def election_topic(topics: Topics) -> str:
@@ -113,14 +119,14 @@ class Election:
             return
         epoch = self._claim()
         self.epoch = epoch
-        log.info("planner election: this worker (%s) leads from epoch %d; it plans", self.worker_id, epoch)
+        say(f"planner election: this worker ({self.worker_id}) leads from epoch {epoch}; it plans")
         self.on_elected(epoch)
 
     def _revoked(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         if self.epoch is None or not any(tp.topic == self.topic for tp in partitions):
             return
-        log.info("planner election: this worker (%s) no longer leads (epoch %d ends); its planner stops",
-                 self.worker_id, self.epoch)
+        say(f"planner election: this worker ({self.worker_id}) no longer leads (epoch {self.epoch} ends); "
+            f"its planner stops")
         self.on_deposed()
         self.epoch = None
 

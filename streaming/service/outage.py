@@ -36,8 +36,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn, Protocol
 
 from events.topics import Topics
 from streaming.producer import EventProducer, ProduceError
@@ -55,7 +55,8 @@ class Closable(Protocol):
 class Shutdown:
     """The stop switch of one worker process: what to close, and whether a stop was asked for."""
 
-    def __init__(self) -> None:
+    def __init__(self, exit: Callable[[int], object] = os._exit) -> None:
+        self._exit = exit  # tests pass one that raises instead of ending the process
         self._stores: list[Closable] = []
         self._requested = threading.Event()
         self._lock = threading.Lock()
@@ -80,7 +81,7 @@ class Shutdown:
         blocked agent makes it fail on the way out), else ``failed``."""
         return 0 if self.requested else failed
 
-    def now(self, why: str) -> None:
+    def now(self, why: str) -> NoReturn:
         """Close every store (each at its last whole batch) and exit 0; never returns."""
         with self._lock:
             print(f"segcoord run: {self.signal_name or 'stop'}: {why}; the state stores are closed at their last "
@@ -91,7 +92,8 @@ class Shutdown:
             logging.shutdown()
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
-            os._exit(0)
+            self._exit(0)
+        raise SystemExit(0)  # only reached with a test's exit
 
 
 class PatientProducer(EventProducer):

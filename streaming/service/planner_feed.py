@@ -37,7 +37,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from streaming.service.election import HEADER
+from streaming.service.election import HEADER, say
 from streaming.service.intake import InputRecord
 from streaming.service.outage import PatientProducer, Shutdown
 from streaming.service.planner_agent import PlannerAgent
@@ -116,8 +116,8 @@ class PlannerFeed:
             at = {(tp.topic, tp.partition): stored.get((tp.topic, tp.partition), 0) for tp in assignment}
             behind = sum(max(0, end - at[tp]) for tp, end in ends.items())
             planner.catching_up = behind > QUIET_CATCH_UP
-            log.info("planner: %d record(s) behind the log's end%s", behind,
-                     ": folded before it plans" if planner.catching_up else "")
+            say(f"planner: {behind} record(s) behind the log's end"
+                f"{': folded before it plans' if planner.catching_up else ''}")
             next_tick = time.monotonic() + self.plan_every_s
             while not stop.is_set():
                 msgs = consumer.consume(BATCH_MAX, 0.05)
@@ -136,7 +136,7 @@ class PlannerFeed:
                 if not self.caught_up and all(at[tp] >= end for tp, end in ends.items()):
                     self.caught_up = True
                     planner.catching_up = False
-                    log.info("planner: caught up; planning every %gs", self.plan_every_s)
+                    say(f"planner: caught up; planning every {self.plan_every_s:g}s")
                     next_tick = time.monotonic()
                 if self.caught_up and time.monotonic() >= next_tick and len(records) < BATCH_MAX:
                     next_tick = time.monotonic() + self.plan_every_s
