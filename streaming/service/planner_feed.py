@@ -132,7 +132,8 @@ class PlannerFeed:
                     for r in records:
                         at[(r.topic, r.partition)] = r.offset + 1
                     if self.on_batch is not None:
-                        self.on_batch(len(records), time.perf_counter() - began, None)
+                        self.on_batch(len(records), time.perf_counter() - began, self._lag(consumer, at))
+                    self._commit(consumer, at, records)
                 if not self.caught_up and all(at[tp] >= end for tp, end in ends.items()):
                     self.caught_up = True
                     planner.catching_up = False
@@ -147,6 +148,30 @@ class PlannerFeed:
                 consumer.close()
             except Exception as e:
                 log.debug("planner feed: close: %s", e)
+
+    @staticmethod
+    def _lag(consumer: Consumer, at: dict[tuple[str, int], int]) -> int | None:
+        """Records behind the high watermarks last fetched (None when unknown)."""
+        total = 0
+        for (topic, partition), position in at.items():
+            try:
+                high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)[1]
+            except Exception:
+                return None
+            if high is not None and high >= 0:
+                total += max(0, high - position)
+        return total
+
+    @staticmethod
+    def _commit(consumer: Consumer, at: dict[tuple[str, int], int], records: list[InputRecord]) -> None:
+        """Tell Kafka how far the planner applied (never read back: the store's offsets count), so an operator's
+        write (``segcoord rules set`` ...) can see that the coordinator read it (group ``<group>.planner-feed``)."""
+        touched = {(r.topic, r.partition) for r in records}
+        try:
+            consumer.commit(offsets=[TopicPartition(t, p, at[(t, p)]) for t, p in sorted(touched)],
+                            asynchronous=True)
+        except Exception as e:
+            log.debug("planner feed: commit: %s", e)
 
     def _partitions(self, consumer: Consumer, stored: dict[tuple[str, int], int]) -> list[TopicPartition]:
         try:
