@@ -16,6 +16,7 @@ from streaming.cli.common import CliError, add_kafka, broker, topics
 def cmd_run(args: argparse.Namespace) -> int:
     from streaming.admin import create_topics
     from streaming.service.app import run_service
+    from streaming.service.outage import until_reachable
     from streaming.service.state import StateStoreError
     from streaming.service.worker_identity import DuplicateWorkerError
 
@@ -33,7 +34,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise CliError(f"--http: {e}") from None
     if not address:
         address = broker(args).start()  # starts the local broker, or reuses the running one
-    create_topics(address, tps)
+    until_reachable("creating the topics", lambda: create_topics(address, tps))
     state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / tps.prefix.rstrip(".")
     print(f"segcoord run: timeline, lockbox and planner agents on {address}, topics {tps.prefix}*, "
           f"state {state_dir}", flush=True)

@@ -64,7 +64,7 @@ from streaming.service import timeline_agent as timeline_mod
 from streaming.service.heap import FrozenHeap
 from streaming.service.intake import InputRecord
 from streaming.service.lockbox_agent import LockboxAgent
-from streaming.service.outage import PatientProducer, Shutdown
+from streaming.service.outage import PatientProducer, Shutdown, until_reachable
 from streaming.service.planner_agent import PlannerAgent
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import TimelineAgent
@@ -347,7 +347,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
 
     me = identity(state_dir, worker_id)
     refuse_duplicate(bootstrap, f"{topics.prefix}coordinator", me)
-    ensure_election_topic(bootstrap, topics)
+    until_reachable("creating the election topic", lambda: ensure_election_topic(bootstrap, topics))
     sock = None
     if http is not None:  # bound now, so a taken port is a clear error before the worker starts
         sock = socket.create_server(http)

@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from events.topics import Topics
 from streaming.producer import EventProducer, ProduceError
@@ -46,6 +46,25 @@ log = logging.getLogger("segcoord.service")
 
 REMIND_MAX_S = 300.0
 SLICE_S = 0.5
+BACKOFF_MAX_S = 30.0
+T = TypeVar("T")
+
+
+def until_reachable(what: str, call: Callable[[], T], *, sleep: Callable[[float], None] = time.sleep) -> T:
+    """``call()``, retried with back-off (1 s doubling to :data:`BACKOFF_MAX_S`) while it fails with a Kafka
+    error: a worker started during an outage waits for the broker instead of exiting. A stop signal ends the
+    wait (the default handlers: nothing is open yet)."""
+    from confluent_kafka import KafkaException
+
+    delay, began = 1.0, time.monotonic()
+    while True:
+        try:
+            return call()
+        except (KafkaException, TimeoutError) as e:  # an admin call's future times out with the broker away
+            print(f"segcoord run: {what}: broker unreachable for {time.monotonic() - began:.0f}s ({e}); "
+                  f"retrying in {delay:.0f}s", flush=True)
+        sleep(delay)
+        delay = min(delay * 2, BACKOFF_MAX_S)
 
 
 class Closable(Protocol):

@@ -66,3 +66,23 @@ def test_after_a_stop_an_agent_failure_exits_0() -> None:
     assert shutdown.exit_code(70) == 70
     shutdown.request("SIGTERM")
     assert shutdown.exit_code(70) == 0
+
+
+def test_a_call_failing_with_the_broker_away_is_retried_with_back_off() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    from streaming.service.outage import until_reachable
+
+    failures = [KafkaException(KafkaError(KafkaError._TRANSPORT)), TimeoutError("admin call"),
+                KafkaException(KafkaError(KafkaError._TRANSPORT))]
+    slept: list[float] = []
+
+    def call() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "created"
+
+    assert until_reachable("creating the topics", call, sleep=slept.append) == "created"
+    assert slept == [1.0, 2.0, 4.0]
+    with pytest.raises(ValueError):  # not an outage: raised at once
+        until_reachable("x", lambda: (_ for _ in ()).throw(ValueError("bad")), sleep=slept.append)
