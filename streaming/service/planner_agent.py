@@ -78,7 +78,7 @@ never reused for other content: it hashes the content itself. Unused marks
 (``SegmentsMarkedUnused`` on ``segments``) keep ids from the position of the
 plan's trigger, ``derived_event_id("planner:" + topic, partition, offset,
 index)`` (salted so they never equal the timeline agent's ids of the same input),
-or for a timer run ``n``, ``derived_event_id("planner:timer:" + commands topic,
+or for a timer run ``n``, ``derived_event_id("planner:timer:" + salt + commands topic,
 0, n, index)`` with the run counter stored: a mark is idempotent, so a re-plan
 that marks again under another id costs a duplicate that changes nothing.
 
@@ -174,6 +174,9 @@ class PlannerAgent:
         self._next = store.offsets()
         self.batches_since_start = 0
         self.catching_up = False  # True: fold only, never plan (a new leader reading up to the log's end)
+        # the elected planner's epoch ("<epoch>:"): run counters are per store, so two leaders' timer-run marks
+        # would otherwise share ids for other content (streaming/service/planner_feed.py)
+        self.timer_salt = ""
         self.last_batch_size = 0
         self.last_plan: Plan | None = None
         # (plan, state, duration ms, the run's time, whether it looked at every segment)
@@ -245,7 +248,8 @@ class PlannerAgent:
         pre = self.store.batch()  # the run number first: its ids are never reused for other content
         pre.put(_key("meta", ""), codec.value(st, "meta", "", self._meta()) or b"")
         self.store.commit(pre)
-        emitted = self._emit(result, now, ("planner:timer:" + self.topics.name(COMMANDS), 0, self.runs), None)
+        emitted = self._emit(result, now, ("planner:timer:" + self.timer_salt + self.topics.name(COMMANDS), 0,
+                                           self.runs), None)
         self.sink.flush()
         if emitted:
             _fault_point(self._next, self.runs)

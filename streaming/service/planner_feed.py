@@ -73,6 +73,8 @@ class PlannerFeed:
     def elected(self, epoch: int) -> None:
         self.deposed()
         self.producer.headers = [(HEADER, f"{self.worker_id}@{epoch}".encode())]
+        # timer-run mark ids count runs per store: salted by the epoch, two leaders never share one
+        self.planner.timer_salt = f"{epoch}:"
         self._stop = threading.Event()
         self.caught_up = False
         self._thread = threading.Thread(target=self._guarded, args=(self._stop,), name="planner-feed", daemon=True)

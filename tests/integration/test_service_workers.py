@@ -203,11 +203,13 @@ def test_three_workers_sigkilled_at_random_points_lose_and_double_nothing(kafka_
                 return set(placed) >= want and all(len(placed[s] & set(SERVERS)) == REPLICAS for s in want) \
                     and not unanswered(commands, answers)
 
+            wait_until("placement to converge", converged, workers, 300)
+            # the historicals' last announces are on segments too: the fold is taken once placement converged
+            expected = pure_fold(read_all(kafka_bootstrap, topics.name(SEGMENTS)))
             wait_until("every visibility change", lambda: len({decode(r.value).event_id for r in read_all(
                 kafka_bootstrap, topics.name(TIMELINE))}) >= len(expected.outputs), workers, 300)
             wait_until("every lock decision", lambda: len(dedup(read_all(kafka_bootstrap, topics.name(LOCKS))))
                        >= len(expected_locks.locks), workers, 120)
-            wait_until("placement to converge", converged, workers, 180)
             for w in workers:
                 assert w.stop() == 0, w.tail()
     finally:
