@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise CliError(f"--http: {e}") from None
     if not address:
         address = broker(args).start()  # starts the local broker, or reuses the running one
+    def stop(_signum: int, _frame: Any) -> None:  # a stop while waiting for the broker: nothing is open yet
+        raise SystemExit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
     until_reachable("creating the topics", lambda: create_topics(address, tps))
     state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / tps.prefix.rstrip(".")
     print(f"segcoord run: timeline, lockbox and planner agents on {address}, topics {tps.prefix}*, "

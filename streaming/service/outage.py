@@ -61,7 +61,7 @@ def until_reachable(what: str, call: Callable[[], T], *, sleep: Callable[[float]
         try:
             return call()
         except (KafkaException, TimeoutError) as e:  # an admin call's future times out with the broker away
-            print(f"segcoord run: {what}: broker unreachable for {time.monotonic() - began:.0f}s ({e}); "
+            print(f"segcoord run: {what}: broker unreachable for {time.monotonic() - began:.0f}s ({str(e) or type(e).__name__}); "
                   f"retrying in {delay:.0f}s", flush=True)
         sleep(delay)
         delay = min(delay * 2, BACKOFF_MAX_S)
