@@ -61,7 +61,8 @@ def until_reachable(what: str, call: Callable[[], T], *, sleep: Callable[[float]
         try:
             return call()
         except (KafkaException, TimeoutError) as e:  # an admin call's future times out with the broker away
-            print(f"segcoord run: {what}: broker unreachable for {time.monotonic() - began:.0f}s ({str(e) or type(e).__name__}); "
+            why = str(e) or type(e).__name__
+            print(f"segcoord run: {what}: broker unreachable for {time.monotonic() - began:.0f}s ({why}); "
                   f"retrying in {delay:.0f}s", flush=True)
         sleep(delay)
         delay = min(delay * 2, BACKOFF_MAX_S)
