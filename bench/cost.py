@@ -8,9 +8,14 @@
   the same run and the largest relative difference between the two answers.
 - **Updates**: add and remove throughput of the cache.
 - **Choosing a server**: the cheapest of 300 servers holding 3M segments in
-  total (100 data sources), cache vs one brute-force pass over all 3M.
+  total (100 data sources): one brute-force pass over all 3M (the baseline), the
+  :class:`~coordinator.balancer.cost_index.ClusterCostIndex` (one vectorized pass
+  over every candidate, built in bulk from the arrays), and one
+  :class:`~coordinator.balancer.cost_cache.ServerCostCache` walk per server (with
+  those 300 caches' build time).
 
-Run: ``.venv/bin/python -m bench.cost`` (``--quick`` stops at N = 1e5 and 30 servers).
+Run: ``.venv/bin/python -m bench.cost`` (``--quick`` stops at N = 1e5 and 30 servers;
+``--only choose|queries|updates`` runs one section, ``--sizes N,N`` sets the query sizes).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import numpy as np
 
 from coordinator.balancer.cost import CostModel, costs
 from coordinator.balancer.cost_cache import ServerCostCache
+from coordinator.balancer.cost_index import ClusterCostIndex
 from coordinator.balancer.server_costs import ServerSegments
 from events import ETERNITY, Interval, SegmentDescriptor
 
@@ -103,41 +109,66 @@ def updates(n: int) -> None:
               f"({remove * 1e6:5.1f} µs)")
 
 
-def choose_server(servers: int, total: int) -> None:
+def choose_server(servers: int, total: int, per_server_caches: bool = True) -> None:
+    """The cheapest of ``servers`` for one segment: one brute-force pass over every segment (the baseline), the
+    cluster index (one vectorized pass over all candidates), and one cache walk per server."""
     rng = np.random.default_rng(3)
     print(f"the cheapest of {servers} servers holding {total:,} segments (100 data sources, hourly)")
     segments = _segments("aligned", total, rng, sources=100, hours=total // 100)
     owner = rng.integers(0, servers, total)
-    t0 = time.perf_counter()
-    caches = [ServerCostCache() for _ in range(servers)]
-    for k in range(servers):
-        caches[k].extend([segments[i] for i in np.flatnonzero(owner == k).tolist()])
-    build = time.perf_counter() - t0
     starts = np.array([s.interval.start for s in segments], dtype=np.int64)
     ends = np.array([s.interval.end for s in segments], dtype=np.int64)
     codes = np.array([int(s.data_source[2:]) for s in segments], dtype=np.int64)
+    names = [f"h{k:04d}" for k in range(servers)]
+    t0, c0 = time.perf_counter(), time.process_time()
+    index = ClusterCostIndex(names, starts, ends, owner.astype(np.int64), codes, [f"ds{d}" for d in range(100)],
+                             segments)
+    index_build, index_cpu = time.perf_counter() - t0, time.process_time() - c0
     probes = _segments("aligned", 20, rng, sources=100, hours=total // 100)
     model = CostModel()
+
+    def brute_costs(p: SegmentDescriptor) -> np.ndarray:
+        values = costs(p.interval, starts, ends, codes == int(p.data_source[2:]), model)
+        return np.bincount(owner, weights=values, minlength=servers)
+
+    slow = _per_call(lambda: [int(np.argmin(brute_costs(p))) for p in probes[:5]], 1) / 5
+    fast = _per_call(lambda: [index.cheapest(p) for p in probes], 1) / len(probes)
+    agree = all(index.cheapest(p) == names[int(np.argmin(brute_costs(p)))] for p in probes[:5])
+    worst = max(float(np.max(np.abs(index.costs_of(p) - brute_costs(p)) / brute_costs(p))) for p in probes[:5])
+    print(f"  brute {slow * 1e3:8.1f} ms/segment   index {fast * 1e3:7.3f} ms/segment   ratio {slow / fast:7.0f}x   "
+          f"same choice: {agree}   max rel diff {worst:.1e}   (index built in bulk in {index_build:5.1f} s, "
+          f"{index_cpu:5.1f} s of CPU)")
+    if not per_server_caches:
+        return
+    t0, c0 = time.perf_counter(), time.process_time()
+    caches = [ServerCostCache() for _ in range(servers)]
+    for k in range(servers):
+        caches[k].extend([segments[i] for i in np.flatnonzero(owner == k).tolist()])
+    build, build_cpu = time.perf_counter() - t0, time.process_time() - c0
 
     def by_cache(p: SegmentDescriptor) -> int:
         return int(np.argmin([c.cost_of(p) for c in caches]))
 
-    def by_brute(p: SegmentDescriptor) -> int:
-        values = costs(p.interval, starts, ends, codes == int(p.data_source[2:]), model)
-        return int(np.argmin(np.bincount(owner, weights=values, minlength=servers)))
-
-    fast = _per_call(lambda: [by_cache(p) for p in probes], 1) / len(probes)
-    slow = _per_call(lambda: [by_brute(p) for p in probes[:5]], 1) / 5
-    agree = all(by_cache(p) == by_brute(p) for p in probes[:5])
-    print(f"  brute {slow * 1e3:8.1f} ms/segment   cache {fast * 1e3:7.2f} ms/segment   ratio {slow / fast:5.1f}x   "
-          f"same choice: {agree}   (caches built in {build:5.1f} s)")
+    walks = _per_call(lambda: [by_cache(p) for p in probes[:5]], 1) / 5
+    agree = all(names[by_cache(p)] == index.cheapest(p) for p in probes[:5])
+    print(f"  one cache walk per server: {walks * 1e3:7.2f} ms/segment   ratio {slow / walks:5.1f}x   "
+          f"same choice: {agree}   ({servers} ServerCostCache built in {build:5.1f} s, {build_cpu:5.1f} s of CPU)")
 
 
 def main() -> None:
+    """``--quick``: smaller sizes; ``--only choose|queries|updates``: one section; ``--sizes 1000,1000000``: the
+    query section's server sizes."""
     quick = "--quick" in sys.argv
-    queries([1_000, 10_000, 100_000] if quick else [1_000, 10_000, 100_000, 1_000_000])
-    updates(100_000 if quick else 1_000_000)
-    choose_server(30, 300_000) if quick else choose_server(300, 3_000_000)
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    sizes = [1_000, 10_000, 100_000] if quick else [1_000, 10_000, 100_000, 1_000_000]
+    if "--sizes" in sys.argv:
+        sizes = [int(n) for n in sys.argv[sys.argv.index("--sizes") + 1].split(",")]
+    if only in (None, "queries"):
+        queries(sizes)
+    if only in (None, "updates"):
+        updates(100_000 if quick else 1_000_000)
+    if only in (None, "choose"):
+        choose_server(30, 300_000) if quick else choose_server(300, 3_000_000)
 
 
 if __name__ == "__main__":

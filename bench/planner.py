@@ -7,14 +7,22 @@ reloads, with Druid's defaults (smart segment loading, round-robin assignment).
 Balancing needs every server's cost cache; the time to build them is reported
 apart, with the run's wall time, its decisions, and decisions per second.
 
-Run: ``.venv/bin/python -m bench.planner`` (``--quick``: 60 servers, 100k segments).
+By default the run is split as the planner agent runs it: the full run without the balancing stages
+(what a server, rule or config change costs before the next event is planned), then the balancing run in
+slices of ``DEFAULT_SLICE_DRAWS`` candidates (total, moves, and the slice times: a slice is the longest an
+event waits). ``--one-run`` runs every stage in one ``plan()`` run instead (the reference; the figure of
+earlier sessions).
+
+Run: ``.venv/bin/python -m bench.planner`` (``--quick``: 60 servers, 100k segments; ``--one-run``).
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 
+from coordinator.planner.balancing import DEFAULT_SLICE_DRAWS, BalancingRun
 from coordinator.planner.cluster import ClusterView, Server, ServerState
 from coordinator.planner.planner import _Run
 from coordinator.rules.dynamic_config import DynamicConfig
@@ -26,6 +34,7 @@ HOUR = 3_600_000
 
 def main() -> None:
     quick = "--quick" in sys.argv
+    split = "--one-run" not in sys.argv
     n_servers, n_segments, sources = (60, 100_000, 20) if quick else (300, 1_000_000, 100)
     start = parse_instant("2024-01-01")
     per_source = n_segments // sources
@@ -51,7 +60,8 @@ def main() -> None:
     t0 = time.perf_counter()
     state = view.placement()
     placement_s = time.perf_counter() - t0
-    run = _Run(state, now=view.now, run=view.run, start=view.coordinator_start, compute_cost=False)
+    run = _Run(state, now=view.now, run=view.run, start=view.coordinator_start, compute_cost=False,
+               balancing=not split)
     for name in sorted(servers):
         run.p.cache(name)
     caches = time.perf_counter() - t0
@@ -65,10 +75,26 @@ def main() -> None:
     print(f"{len(servers)} live servers ({len(dead)} died), {len(ids):,} segments x 2 tiers, one replica each")
     print(f"  setup {setup:6.1f} s   placement state {placement_s:6.1f} s   cost caches {caches - placement_s:6.1f} s "
           f"(both built once and kept current by the planner agent)")
-    print(f"  planning run {planning:6.2f} s: {decisions:,} decisions ({loads:,} loads, {moves:,} moves), "
+    what = "stages 0-6, 8, 9, 12, 13 (the planner agent's full run)" if split else "one run of every stage (plan())"
+    print(f"  {what} {planning:6.2f} s: {decisions:,} decisions ({loads:,} loads, {moves:,} moves), "
           f"{decisions / planning:,.0f} decisions/s   target < 10 s: {'met' if planning < 10 else 'missed'}")
+    if split:  # the balancing stages as the agent takes them: one run in slices, events planned between them
+        balancing = BalancingRun(state, now=view.now, run=view.run + 1, start=view.coordinator_start)
+        slices: list[float] = []
+        moved = 0
+        t0 = time.perf_counter()
+        while not balancing.done:
+            began = time.perf_counter()
+            moved += len(balancing.step(view.now, DEFAULT_SLICE_DRAWS).commands)
+            slices.append(time.perf_counter() - began)
+        total = time.perf_counter() - t0
+        slices.sort()
+        print(f"  balancing run (stages 7, 10, 11) in {len(slices):,} slices of {DEFAULT_SLICE_DRAWS} candidates: "
+              f"{total:6.2f} s for {moved:,} moves ({moved / max(total, 1e-9):,.0f} moves/s); a slice (the longest "
+              f"an event waits for one): median {1000 * statistics.median(slices):.1f} ms, "
+              f"p99 {1000 * slices[int(0.99 * (len(slices) - 1))]:.1f} ms, max {1000 * slices[-1]:.1f} ms")
+        print(f"  both: {planning + total:6.1f} s (one run of every stage did the same work before)")
     print(f"  with the cache build: {planning + caches:6.1f} s")
-
 
 if __name__ == "__main__":
     main()

@@ -80,9 +80,10 @@ def request_events(n: int, seed: int = 2) -> list[Envelope[Event]]:
     return out
 
 
-def fold_timeline(values: list[bytes]) -> tuple[int, float]:
-    """Visibility changes a pure fold emits, and its events/s (decode included, as the agent decodes)."""
-    started = time.perf_counter()
+def fold_timeline(values: list[bytes]) -> tuple[int, float, float]:
+    """Visibility changes a pure fold emits, its events/s and its events per CPU second (decode included, as the
+    agent decodes)."""
+    started, cpu = time.perf_counter(), time.process_time()
     timelines, seen, changes = Timelines(), set(), 0
     for v in values:
         e = decode(v)
@@ -90,11 +91,11 @@ def fold_timeline(values: list[bytes]) -> tuple[int, float]:
             continue
         seen.add(e.event_id)
         changes += len(timelines.apply(e.event))
-    return changes, len(values) / (time.perf_counter() - started)
+    return changes, len(values) / (time.perf_counter() - started), len(values) / (time.process_time() - cpu)
 
 
-def fold_lockbox(values: list[bytes]) -> tuple[int, float]:
-    started = time.perf_counter()
+def fold_lockbox(values: list[bytes]) -> tuple[int, float, float]:
+    started, cpu = time.perf_counter(), time.process_time()
     box, seen, decisions = Lockbox(), set(), 0
     for v in values:
         e = decode(v)
@@ -102,7 +103,16 @@ def fold_lockbox(values: list[bytes]) -> tuple[int, float]:
             continue
         seen.add(e.event_id)
         decisions += len(box.handle(e))
-    return decisions, len(values) / (time.perf_counter() - started)
+    return decisions, len(values) / (time.perf_counter() - started), len(values) / (time.process_time() - cpu)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, every thread) a process has used so far (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def end_offset(bootstrap: str, topic: str) -> int:
@@ -117,9 +127,13 @@ class Worker:
     def __init__(self, bootstrap: str, topics: Topics, state: Path, log: Path, planner: str = "incremental",
                  balancer: str = "planner") -> None:
         self.log = log
+        profile = os.environ.get("SEGCOORD_BENCH_PROFILE")  # a py-spy raw profile of the worker goes there
+        self.profiled = bool(profile)
+        wrap = [str(Path(sys.executable).parent / "py-spy"), "record", "-r", "50", "-f", "raw", "-o",
+                f"{profile}.{planner}.raw", "--"] if profile else []
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix, "--state-dir",
+                [*wrap, SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix, "--state-dir",
                  str(state), "--planner", planner, "--balancer", balancer], stdout=out, stderr=subprocess.STDOUT)
         self.started = time.perf_counter()
 
@@ -134,7 +148,9 @@ class Worker:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            # profiled: stop the worker under py-spy, which then writes its profile and exits
+            for pid in _children(self.proc.pid) if self.profiled else [self.proc.pid]:
+                os.kill(pid, signal.SIGTERM)
             try:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
@@ -142,9 +158,20 @@ class Worker:
                 self.proc.wait(10)
 
 
-def wait_output(bootstrap: str, topic: str, want: int, worker: Worker, timeout: float) -> tuple[float, float]:
-    """Seconds from the worker's start until ``topic`` holds ``want`` records, and until its first record."""
+def _children(pid: int) -> list[int]:
+    """The process's child pids (Linux), empty when it has none or is gone."""
+    try:
+        return [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+    except OSError:
+        return []
+
+
+def wait_output(bootstrap: str, topic: str, want: int, worker: Worker,
+                timeout: float) -> tuple[float, float, float]:
+    """Seconds from the worker's start until ``topic`` holds ``want`` records and until its first record, and the
+    worker's CPU seconds between the two."""
     first = None
+    first_cpu = 0.0
     deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
         if worker.proc.poll() is not None:
@@ -152,9 +179,9 @@ def wait_output(bootstrap: str, topic: str, want: int, worker: Worker, timeout: 
         got = end_offset(bootstrap, topic)
         now = time.perf_counter() - worker.started
         if got and first is None:
-            first = now
+            first, first_cpu = now, cpu_seconds(worker.proc.pid)
         if got >= want:
-            return now, first or now
+            return now, first or now, cpu_seconds(worker.proc.pid) - first_cpu
         time.sleep(0.05)
     raise SystemExit(f"{topic}: fewer than {want} records after {timeout:.0f}s; see {worker.log}")
 
@@ -174,15 +201,19 @@ def throughput(bootstrap: str, work: Path, logical_in: str, logical_out: str, ev
     topics = Topics(f"bench{uuid.uuid4().hex[:8]}.")
     create_topics(bootstrap, topics, partitions=1)
     values = produce(bootstrap, topics, events)
-    outputs, fold_rate = fold(values)
+    outputs, fold_rate, fold_cpu_rate = fold(values)
     worker = Worker(bootstrap, topics, work / f"state-{label}", work / f"{label}.log")
-    total, first = wait_output(bootstrap, topics.name(logical_out), outputs, worker, timeout=600)
+    total, first, steady_cpu = wait_output(bootstrap, topics.name(logical_out), outputs, worker, timeout=600)
     rate, steady = len(values) / total, len(values) / max(total - first, 1e-9)
     print(f"{label} agent: {len(values)} {logical_in} events -> {outputs} {logical_out} records in {total:.2f}s "
           f"from process start (first output at {first:.2f}s): {rate:,.0f} events/s overall, "
           f"{steady:,.0f} events/s after the first output")
     print(f"  baseline pure fold in-process: {fold_rate:,.0f} events/s; service/fold = {steady / fold_rate:.2f} "
           f"(steady), {rate / fold_rate:.2f} (overall)")
+    if steady_cpu > 0:  # per CPU second: steadier than wall clock on a machine shared with other jobs
+        per_cpu = len(values) / steady_cpu
+        print(f"  per CPU second (every thread of the worker, after the first output): {per_cpu:,.0f} events; "
+              f"pure fold {fold_cpu_rate:,.0f}; service/fold = {per_cpu / fold_cpu_rate:.2f}")
     return worker, topics
 
 

@@ -9,8 +9,10 @@ from events.cluster import (
     RulesSet,
     SegmentLoadRefused,
     ServerDecommissioned,
+    ServerHeartbeat,
     ServerJoined,
     ServerLeft,
+    ServerLost,
     ServerRecommissioned,
 )
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
@@ -52,12 +54,21 @@ from events.tasks import (
     TaskStarted,
 )
 from events.topics import TOPIC_SPECS, Topics, TopicSpec
+from events.upserts import (
+    ConsolidationInterval,
+    ConsolidationRequested,
+    UpsertConsolidationAsked,
+    UpsertPartition,
+    UpsertTableSet,
+)
 from events.visibility import SegmentVisibilityChanged
 
 __all__ = [
     "ETERNITY",
     "TOPIC_SPECS",
     "CancelSegmentLoad",
+    "ConsolidationInterval",
+    "ConsolidationRequested",
     "DeadLettered",
     "DropSegment",
     "DynamicConfigSet",
@@ -94,8 +105,10 @@ __all__ = [
     "SegmentsMarkedUsed",
     "SegmentsPublished",
     "ServerDecommissioned",
+    "ServerHeartbeat",
     "ServerJoined",
     "ServerLeft",
+    "ServerLost",
     "ServerRecommissioned",
     "TaskDeregistered",
     "TaskFinished",
@@ -104,6 +117,9 @@ __all__ = [
     "TaskStarted",
     "TopicSpec",
     "Topics",
+    "UpsertConsolidationAsked",
+    "UpsertPartition",
+    "UpsertTableSet",
     "all_event_classes",
     "decode",
     "derived_event_id",

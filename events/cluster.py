@@ -32,6 +32,24 @@ class ServerLeft(_ServerEvent):
     pass
 
 
+@event_type("server_heartbeat", topic=CLUSTER)
+@dataclass(frozen=True, slots=True)
+class ServerHeartbeat(_ServerEvent):
+    """A historical is alive: sent every ``heartbeatMillis`` (docs/liveness.md). The coordinator folds only when it
+    was heard of last; a server silent for ``serverTimeoutMillis`` is decided lost (:class:`ServerLost`)."""
+
+
+@event_type("server_lost", topic=CLUSTER)
+@dataclass(frozen=True, slots=True)
+class ServerLost(_ServerEvent):
+    """The coordinator's decision that a server is gone: nothing heard of it since ``lastHeardAt`` (event time,
+    ms) for more than ``serverTimeoutMillis``. Folded as a ``server_left``; decided once per silence (its id
+    derives from the server and ``lastHeardAt``), so a replay reads the decision instead of re-taking it."""
+
+    last_heard_at: int = wire("lastHeardAt", 0, minimum=0)
+    server_timeout_millis: int = wire("serverTimeoutMillis", 0, minimum=0)
+
+
 @event_type("server_decommissioned", topic=CLUSTER)
 @dataclass(frozen=True, slots=True)
 class ServerDecommissioned(_ServerEvent):

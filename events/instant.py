@@ -113,6 +113,39 @@ def parse_instant(text: str) -> int:
     return _parse_instant_cached(text)
 
 
+_MINUTES: dict[str, int] = {}
+_MINUTES_MAX = 1 << 14
+
+
+def _parse_canonical(text: str) -> int | None:
+    """The instant of Druid's own form ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (what every event carries), or None.
+
+    Events of one minute share ``YYYY-MM-DDTHH:MM``: its instant is parsed
+    once by the full parser (which checks the calendar) and kept (bounded), so
+    only seconds and milliseconds are read per call. None for any other form
+    (hour 24 included): the full parser decides then.
+    """
+    if len(text) != 24 or text[23] != "Z" or text[19] != "." or text[16] != ":":
+        return None
+    prefix = text[:16]
+    base = _MINUTES.get(prefix)
+    if base is None:
+        if (text[4] != "-" or text[7] != "-" or text[10] != "T" or text[13] != ":" or text[11:13] == "24"
+                or not prefix.isascii()):
+            return None
+        try:
+            base = _parse_full(prefix + ":00.000Z")
+        except InstantError:
+            return None
+        if len(_MINUTES) >= _MINUTES_MAX:
+            _MINUTES.clear()
+        _MINUTES[prefix] = base
+    seconds, millis = text[17:19], text[20:23]
+    if not (seconds.isascii() and seconds.isdigit() and millis.isascii() and millis.isdigit()) or seconds > "59":
+        return None
+    return base + int(seconds) * MILLIS_PER_SECOND + int(millis)
+
+
 def _parse_instant(text: str) -> int:
     """Parse an ISO-8601 date or date-time to UTC milliseconds.
 
@@ -121,6 +154,14 @@ def _parse_instant(text: str) -> int:
     millisecond are truncated toward the past. Raises :class:`InstantError`
     naming the text when it is not an instant or lies outside Druid's range.
     """
+    if isinstance(text, str):
+        fast = _parse_canonical(text)
+        if fast is not None:
+            return fast
+    return _parse_full(text)
+
+
+def _parse_full(text: str) -> int:
     m = _INSTANT.match(text.strip()) if isinstance(text, str) else None
     if m is None:
         raise InstantError(f"{text!r} is not an ISO-8601 instant (expected e.g. 2026-11-21T10:00:00.000Z)")

@@ -1,7 +1,8 @@
 """The partition key each event gets (docs/architecture.md), where the event itself determines it.
 
 ``segments``, ``timeline``, ``locks`` and ``lock-requests`` are keyed by data source,
-``commands`` by server, ``cluster`` by server name, ``rules/<dataSource>`` or ``config``.
+``commands`` by server, ``cluster`` by server name, ``rules/<dataSource>``, ``config`` or
+``upserts/<table>``.
 Task-scoped events that do not name their data source (``task_finished``, most
 lock decisions) return None: their producer knows the task's data source and
 passes the key itself.
@@ -17,8 +18,10 @@ from events.cluster import (
     DynamicConfigSet,
     RulesSet,
     ServerDecommissioned,
+    ServerHeartbeat,
     ServerJoined,
     ServerLeft,
+    ServerLost,
     ServerRecommissioned,
 )
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
@@ -31,6 +34,7 @@ from events.segments import (
     SegmentsPublished,
     SegmentUnannounced,
 )
+from events.upserts import ConsolidationRequested, UpsertConsolidationAsked, UpsertTableSet
 
 
 def partition_key(event: Event) -> str | None:
@@ -38,8 +42,13 @@ def partition_key(event: Event) -> str | None:
         return f"rules/{event.data_source}"
     if isinstance(event, DynamicConfigSet):
         return "config"
-    if isinstance(event, ServerJoined | ServerLeft | ServerDecommissioned | ServerRecommissioned):
+    if isinstance(event, ServerJoined | ServerLeft | ServerLost | ServerHeartbeat | ServerDecommissioned
+                         | ServerRecommissioned):
         return event.server
+    if isinstance(event, UpsertTableSet):
+        return f"upserts/{event.name}"
+    if isinstance(event, UpsertConsolidationAsked | ConsolidationRequested):
+        return f"upserts/{event.table}"
     if isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad):
         return event.server
     if isinstance(event, SegmentsPublished | SegmentsMarkedUsed):

@@ -90,6 +90,19 @@ class _FieldCodec:
 
 
 _CODECS: dict[type, tuple[_FieldCodec, ...]] = {}
+_FAST_DECODERS: dict[type, Callable[[Any], Any]] = {}
+_FAST_ENCODERS: dict[type, Callable[[Any], dict[str, Any]]] = {}
+
+
+class _Fail:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FAIL"
+
+
+#: What a generated decoder (events.compiled) returns instead of raising: "ask the reflective codec".
+FAIL: Any = _Fail()
 
 
 def is_record(tp: object) -> bool:
@@ -203,9 +216,9 @@ def _converters(tp: Any, meta: Mapping[str, Any]) -> tuple[Decoder, Encoder]:
         record_type = tp
 
         def decode_nested(v: Any, path: str) -> Any:
-            return decode_record(record_type, v, path)
+            return decode_record_reflective(record_type, v, path)
 
-        return decode_nested, encode_record
+        return decode_nested, encode_record_reflective
     raise TypeError(f"unsupported field type {tp!r}")
 
 
@@ -256,6 +269,40 @@ def _decode_any(v: Any, path: str) -> Any:
 def decode_record(cls: type[R], obj: Any, path: str) -> R:
     """Check a JSON object against a record type and build the record.
 
+    Runs the type's generated decoder (:mod:`events.compiled`); whatever that
+    one is not sure of goes to :func:`decode_record_reflective`, which accepts
+    it or raises the error, so results and errors are those of the reflective
+    codec.
+    """
+    fast = _FAST_DECODERS.get(cls)
+    if fast is None:
+        from events.compiled import compile_decoder
+
+        fast = _FAST_DECODERS[cls] = compile_decoder(cls)
+    record = fast(obj)
+    if record is FAIL:
+        return decode_record_reflective(cls, obj, path)
+    return record  # type: ignore[no-any-return]
+
+
+def encode_record(record: Any) -> dict[str, Any]:
+    """The JSON object of a record: wire names in declaration order, ``None`` optionals omitted.
+
+    Runs the type's generated encoder (:mod:`events.compiled`); same output as
+    :func:`encode_record_reflective`.
+    """
+    cls = type(record)
+    fast = _FAST_ENCODERS.get(cls)
+    if fast is None:
+        from events.compiled import compile_encoder
+
+        fast = _FAST_ENCODERS[cls] = compile_encoder(cls)
+    return fast(record)
+
+
+def decode_record_reflective(cls: type[R], obj: Any, path: str) -> R:
+    """The reference decoder: field by field through the converters derived from the annotations.
+
     Raises :class:`EventValidationError` naming ``path.<wire name>`` of the
     first missing or invalid field. A record class may define
     ``_from_wire(obj) -> obj`` to fill derived defaults and ``_check(path)``
@@ -284,8 +331,8 @@ def decode_record(cls: type[R], obj: Any, path: str) -> R:
     return record
 
 
-def encode_record(record: Any) -> dict[str, Any]:
-    """The JSON object of a record: wire names in declaration order, ``None`` optionals omitted."""
+def encode_record_reflective(record: Any) -> dict[str, Any]:
+    """The reference encoder (see :func:`encode_record`)."""
     out: dict[str, Any] = {}
     for fc in _codecs(type(record)):
         value = getattr(record, fc.attr)

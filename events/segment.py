@@ -20,6 +20,7 @@ from typing import Any
 from events.instant import InstantError, parse_instant
 from events.interval import Interval
 from events.schema import EventValidationError, JsonObject, JsonValue, wire
+from events.upserts import UpsertPartition
 
 #: Druid's first partition id of segments overwritten under segment locks (NumberedOverwriteShardSpec).
 OVERWRITE_PARTITION_START = 32768
@@ -109,7 +110,8 @@ class SegmentDescriptor:
     ``numbered_overwrite`` spec), else 0. A ``numbered_overwrite`` shard spec
     (:attr:`overwrite_spec`) says in Druid's form what ``overshadowedSegments``
     and ``atomicUpdateGroup`` say in the proposal's list form; the timeline reads
-    either (:mod:`coordinator.timeline.overwrite`).
+    either (:mod:`coordinator.timeline.overwrite`). ``upsertPartitions`` (optional, additive: no schema
+    bump) lists the (partition key, version) pairs a segment of an upsert table holds (:mod:`events.upserts`).
     """
 
     data_source: str = wire("dataSource")
@@ -124,6 +126,7 @@ class SegmentDescriptor:
     dimensions: JsonValue | None = wire("dimensions", None)
     metrics: JsonValue | None = wire("metrics", None)
     partition_versions: JsonValue | None = wire("partitionVersions", None)
+    upsert_partitions: tuple[UpsertPartition, ...] | None = wire("upsertPartitions", None)
 
     _id: SegmentId | None = field(init=False, repr=False, compare=False, default=None)
 

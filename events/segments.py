@@ -46,5 +46,10 @@ class SegmentAnnounced(Event):
 @event_type("segment_unannounced", topic=SEGMENTS)
 @dataclass(frozen=True, slots=True)
 class SegmentUnannounced(Event):
+    """``reason`` is absent when the server itself unannounces; the coordinator unannounces everything a server
+    held when it left or was lost, with the reason (``server_left`` / ``server_lost``) and the departure's event
+    id as causation."""
+
     server: str = wire("server")
     segment_id: str = wire("segmentId")
+    reason: str | None = wire("reason", None)

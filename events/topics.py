@@ -10,7 +10,8 @@ them is compacted, not even ``cluster``: its events are deltas keyed by server
 (``server_decommissioned`` after ``server_joined``), so compaction would drop
 the tier and size that only the join carries. Compaction is for topics that
 hold state, where the latest record per key is the whole value: ``snapshots``,
-where agents keep their state snapshots keyed by ``<agent>/<partition>``. ``metrics`` is not part of
+where agents keep their state snapshots keyed by ``<agent>/<partition>``, and
+``upsert-strategy``, the current query strategy of each upsert table keyed by its name. ``metrics`` is not part of
 the log: the service's metrics as Druid's Kafka emitter writes them, kept for a week.
 """
 
@@ -27,6 +28,7 @@ COMMANDS = "commands"
 DEADLETTER = "deadletter"
 SNAPSHOTS = "snapshots"
 METRICS = "metrics"
+UPSERT_STRATEGY = "upsert-strategy"
 
 DEFAULT_PREFIX = "segcoord."
 
@@ -56,6 +58,8 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(COMMANDS, "server name"),
     TopicSpec(DEADLETTER, "original key"),
     TopicSpec(SNAPSHOTS, "<agent>/<partition>", compacted=True),
+    # state, not log: the latest query strategy of each upsert table (coordinator.upserts), keyed by table name
+    TopicSpec(UPSERT_STRATEGY, "upsert table name", compacted=True),
     # not part of the event log: Druid Kafka-emitter JSON (one object per metric value), kept a week
     TopicSpec(METRICS, "metric name", retention_ms=7 * 24 * 3600 * 1000),
 )

@@ -7,11 +7,15 @@ The dead letter is flushed before the poll that found it returns, so a commit
 made after processing the yielded records never skips an undelivered dead
 letter. The dead letter's event id is derived from the bad message's position,
 so re-reading it after a crash writes a duplicate a reader can drop.
+With ``dead_letter=False`` (a reader that is not the topic's designated dead-letter
+writer, :data:`events.deadletter.DEAD_LETTER_WRITER`: the historicals) bad messages are
+skipped and counted in ``skipped_bad`` instead, so one bad record gets one dead letter.
 """
 
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,8 +52,11 @@ class EventConsumer:
         deadletters: EventProducer | None = None,
         from_beginning: bool = True,
         extra: Mapping[str, Any] | None = None,
+        dead_letter: bool = True,
     ) -> None:
         """Subscribe to logical topic names; ``deadletters`` defaults to a producer of its own."""
+        self.dead_letter = dead_letter
+        self.skipped_bad = 0
         self.topics = topics
         self._own_producer = deadletters is None
         self._dlq = deadletters or EventProducer(bootstrap, topics)
@@ -61,7 +68,9 @@ class EventConsumer:
             "isolation.level": "read_committed",
             **(extra or {}),
         })
-        self._consumer.subscribe([topics.name(t) for t in subscribe])
+        self._subscribed = [topics.name(t) for t in subscribe]
+        self._consumer.subscribe(self._subscribed)
+        self._positions: dict[tuple[str, int], int] = {}  # next offset of every partition read
         self.dead_lettered = 0
 
     def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
@@ -78,9 +87,13 @@ class EventConsumer:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
                 raise RuntimeError(f"consumer error: {err.str()}")
+            self._positions[(msg.topic(), msg.partition())] = msg.offset() + 1
             try:
                 envelope = decode(msg.value())
             except EventValidationError as e:
+                if not self.dead_letter:
+                    self.skipped_bad += 1
+                    continue
                 self._dead_letter(msg, str(e))
                 letters += 1
                 continue
@@ -93,11 +106,40 @@ class EventConsumer:
     def until_idle(self, idle_timeout: float = 5.0) -> Iterator[Record]:
         """Yield records until a poll of ``idle_timeout`` seconds brings nothing (valid or bad)."""
         while True:
-            before = self.dead_lettered
+            before = self.dead_lettered + self.skipped_bad
             batch = self.poll(timeout=idle_timeout)
-            if not batch and self.dead_lettered == before:
+            if not batch and self.dead_lettered + self.skipped_bad == before:
                 return
             yield from batch
+
+    def until_end(self, idle_timeout: float = 5.0) -> Iterator[Record]:
+        """Yield records until every subscribed partition is read up to its end as of the call (what a topic gains
+        meanwhile, such as heartbeats, may follow but is not waited for), or a poll of ``idle_timeout`` seconds
+        brings nothing."""
+        ends: dict[tuple[str, int], int] = {}
+        for name in self._subscribed:
+            for p in sorted(self._consumer.list_topics(name, timeout=10).topics[name].partitions):
+                ends[(name, p)] = self._high_watermark(name, p)
+        pending = {tp for tp, end in ends.items() if end > self._positions.get(tp, 0)}
+        while pending:
+            before = dict(self._positions)
+            yield from self.poll(timeout=idle_timeout)
+            if self._positions == before:
+                return
+            pending = {tp for tp in pending if self._positions.get(tp, 0) < ends[tp]}
+
+    def _high_watermark(self, name: str, partition: int, patience_s: float = 30.0) -> int:
+        """A partition's end offset; a topic created a moment ago may have no leader yet: wait for one."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                return int(self._consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=10)[1])
+            except KafkaException as e:
+                code = e.args[0].code() if e.args and isinstance(e.args[0], KafkaError) else None
+                if code not in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                                KafkaError.UNKNOWN_TOPIC_OR_PART) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def _dead_letter(self, msg: Message, reason: str) -> None:
         self._dlq.send(dead_letter_envelope(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),

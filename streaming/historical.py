@@ -5,7 +5,15 @@ it), "loads" a segment by waiting ``load_ms``, then announces it on
 ``segments``; a drop unannounces. A load that would exceed ``max_size_bytes``
 is refused with a ``SegmentLoadRefused`` on ``cluster``: the command is settled,
 not lost. It announces itself with ``ServerJoined`` and, when stopped
-gracefully, ``ServerLeft``.
+gracefully, ``ServerLeft``. While it runs it heartbeats (``ServerHeartbeat`` every
+``heartbeat_ms``); a server silent for ``serverTimeoutMillis`` is decided lost by the
+coordinator, which unannounces what it held (docs/liveness.md).
+
+**Coming back.** A server that reads its own ``ServerLost`` (it was alive, only silent)
+joins again (``ServerJoined``); a server that reads the coordinator's unannounce of a
+segment still on its disk (``reason`` set: not its own) announces it again, after the
+unannounce in that partition, so the last word there is the announce. A restarted server
+does the same for what it held: its disk is what it announced minus what *it* unannounced.
 
 **The load queue.** Loads and drops run one at a time in command order (a load
 takes ``load_ms``; a refusal and a drop take no time), as a Druid historical's
@@ -35,7 +43,8 @@ segment, and is abandoned (the copy stays) if the target refuses that load.
   command id; a consumer's record of what it already did, so a restart answers nothing twice),
   and its load queue. This is not a second copy of the coordinator fold: it is the
   other side of it, the historical's, which the fold learns from through the announces; on start
-  it is seeded from the fold (``view.held`` of this server), then only the server changes it.
+  it is seeded from its own announces and unannounces, then only the server changes it.
+  Bad records it skips and counts: the worker's agents dead-letter them, once.
   ``move_targets`` pairs a move's drop half with its load half's server (the command protocol);
   whether that server holds the segment is the fold's.
 
@@ -56,8 +65,9 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 
+from coordinator.placement.liveness import DEFAULT_HEARTBEAT_MS
 from coordinator.placement.state import PlacementState
-from events.cluster import SegmentLoadRefused, ServerJoined, ServerLeft
+from events.cluster import SegmentLoadRefused, ServerHeartbeat, ServerJoined, ServerLeft, ServerLost
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.envelope import Envelope
 from events.ids import derived_event_id
@@ -105,9 +115,14 @@ class _Disk:
 
 class Historical:
     def __init__(self, name: str, tier: str, max_size_bytes: int, bootstrap: str, topics: Topics,
-                 load_ms: int = 0) -> None:
-        if max_size_bytes < 0 or load_ms < 0:
-            raise ValueError("max size and load time must be non-negative")
+                 load_ms: int = 0, heartbeat_ms: int = DEFAULT_HEARTBEAT_MS) -> None:
+        if max_size_bytes < 0 or load_ms < 0 or heartbeat_ms <= 0:
+            raise ValueError("max size and load time must be non-negative, the heartbeat period positive")
+        self.heartbeat_ms = heartbeat_ms
+        self._own: dict[str, SegmentDescriptor] = {}  # announced by this server and not unannounced by it
+        self._live = False  # past the catch-up: what is read now is news
+        self._rejoin = False  # read our own ServerLost: say ServerJoined again
+        self._reannounce: dict[str, SegmentDescriptor] = {}  # unannounced by the coordinator, still on disk
         self.name, self.tier, self.max_size_bytes, self.load_ms = name, tier, max_size_bytes, load_ms
         self.bootstrap, self.topics = bootstrap, topics
         self.state = _Disk()
@@ -134,9 +149,12 @@ class Historical:
 
     def _observe(self, record: Record) -> None:
         """A segments/cluster event: into the view; own answers into the disk's record; moves released."""
+        fresh = record.envelope.event_id not in self._seen
         self._fold(record)
         event, st = record.envelope.event, self.state
         cause = record.envelope.causation_id
+        if fresh and getattr(event, "server", None) == self.name:
+            self._own_event(event)
         if not isinstance(event, SegmentAnnounced | SegmentUnannounced | SegmentLoadRefused):
             return
         if isinstance(event, SegmentLoadRefused) and event.server == self.name:
@@ -145,11 +163,45 @@ class Historical:
             st.answered.add(cause)
         self._release_drops()
 
+    def _own_event(self, event: Event) -> None:
+        """An event naming this server, read for the first time: its own announcements, and the coordinator's
+        word that it was lost or unannounced (then, once live, it comes back: see the module docstring)."""
+        if isinstance(event, SegmentAnnounced):
+            self._own[str(event.segment.id)] = event.segment
+            self._reannounce.pop(str(event.segment.id), None)
+        elif isinstance(event, SegmentUnannounced) and event.reason is None:
+            self._own.pop(event.segment_id, None)
+        elif isinstance(event, SegmentUnannounced) and self._live and event.segment_id in self.state.loaded:
+            self._reannounce[event.segment_id] = self.state.loaded[event.segment_id]
+        elif isinstance(event, ServerLost) and self._live:
+            self._rejoin = True
+
     def _load_disk(self) -> None:
-        """What this server announced and did not unannounce, as the fold says: its disk on start."""
-        view = self.view
-        self.state.loaded = {str(sid): view.segments[sid]
-                             for sid in sorted(view.held.get(self.name, ()), key=str) if sid in view.segments}
+        """What this server announced and did not unannounce itself: its disk on start. What the coordinator
+        unannounced meanwhile (the server was lost) is announced again once it has joined."""
+        self.state.loaded = dict(sorted(self._own.items()))
+        held = {str(s) for s in self.view.held.get(self.name, ())}
+        self._reannounce = {sid: seg for sid, seg in self.state.loaded.items() if sid not in held}
+
+    def _come_back(self) -> None:
+        """Join again after our own ServerLost; announce again what the coordinator unannounced."""
+        now = Instant(int(time.time() * 1000))
+        if self._rejoin:
+            self._rejoin = False
+            joined = ServerJoined(server=self.name, tier=self.tier, max_size_bytes=self.max_size_bytes)
+            self._producer.send(Envelope(joined, uuid.uuid4().hex, now, self.name))
+            log.warning("%s was decided lost by the coordinator; joining again", self.name)
+        for sid, seg in sorted(self._reannounce.items()):
+            if sid in self.state.loaded:
+                self._producer.send(Envelope(SegmentAnnounced(server=self.name, segment=seg), uuid.uuid4().hex,
+                                             now, seg.data_source))
+                log.info("%s announces %s again", self.name, sid)
+        self._reannounce = {}
+        self._producer.flush()
+
+    def _heartbeat(self) -> None:
+        beat = ServerHeartbeat(server=self.name, tier=self.tier, max_size_bytes=self.max_size_bytes)
+        self._producer.send(Envelope(beat, uuid.uuid4().hex, Instant(int(time.time() * 1000)), self.name))
 
     def _send(self, event: Event, command: Record, key: str) -> None:
         self._producer.send(Envelope(event, derived_event_id(command.topic, command.partition, command.offset, 0),
@@ -277,9 +329,9 @@ class Historical:
     # -- running ----------------------------------------------------------------------
     def _catch_up(self) -> None:
         consumer = EventConsumer(self.bootstrap, self.topics, f"segcoord-historical-{self.name}-{uuid.uuid4().hex}",
-                                 [SEGMENTS, CLUSTER])
+                                 [SEGMENTS, CLUSTER], dead_letter=False)
         try:
-            for record in consumer.until_idle(idle_timeout=1.0):
+            for record in consumer.until_end(idle_timeout=1.0):  # heartbeats never let the log go idle
                 self._observe(record)
         finally:
             consumer.close()
@@ -292,16 +344,24 @@ class Historical:
         now = Instant(int(time.time() * 1000))
         self._producer.send(Envelope(joined, uuid.uuid4().hex, now, self.name))
         self._producer.flush()
+        self._live = True
+        self._come_back()
         consumer = EventConsumer(self.bootstrap, self.topics, f"segcoord-historical-{self.name}-{uuid.uuid4().hex}",
-                                 [COMMANDS, SEGMENTS, CLUSTER])
+                                 [COMMANDS, SEGMENTS, CLUSTER], dead_letter=False)
         try:
             wait: float | None = None
+            beat_due = 0.0
             while not stop.is_set():
+                if time.monotonic() >= beat_due:
+                    self._heartbeat()
+                    beat_due = time.monotonic() + self.heartbeat_ms / 1000
                 for record in consumer.poll(timeout=poll_timeout if wait is None else min(poll_timeout, wait)):
                     if record.topic == self.topics.name(COMMANDS):
                         self._command(record)
                     else:
                         self._observe(record)
+                if self._rejoin or self._reannounce:
+                    self._come_back()
                 wait = self._work()
         finally:
             consumer.close()

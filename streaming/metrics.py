@@ -4,7 +4,8 @@
 (:attr:`coordinator.planner.planner.Plan.metrics`: ``segment/assigned/count``, ``segment/moved/count``,
 ``segment/dropped/count``, ``segment/unavailable/count``, ``segment/underReplicated/count``,
 ``segment/loadQueue/count``, ...) plus ``coordinator/time`` (the run's duration in ms) and
-``segment/loadQueue/size`` (bytes queued to load per server, from the placement fold).
+``segment/loadQueue/size`` (bytes queued to load per server, kept by the placement fold; like the per-server
+queue counts it comes with full and timer runs, not with a publish's own run).
 Each is a gauge of the last run's value, as Druid's coordinator emits one value per run; a metric
 broken down by tier or server carries that dimension (``tier`` or ``server``).
 
@@ -98,9 +99,8 @@ class ServiceMetrics:
                 values.extend((metric, dim, str(k), float(v)) for k, v in sorted(value.items()))
             elif isinstance(value, int | float):
                 values.append((metric, None, None, float(value)))
-        for name in sorted(state.tier_of):
-            values.append(("segment/loadQueue/size", "server", name,
-                           float(sum(state.size(s) for s in state.loading.get(name, ())))))
+        # per-server queue sizes (loadQueue/size too) come with the run's metrics: full and timer runs, never a
+        # publish's own run (O(servers) there would be the cluster's cost again)
         values.append(("coordinator/time", None, None, round(duration_ms, 3)))
         self._set(values)
         self.last_plan = {"at": at_ms, "durationMs": round(duration_ms, 3)}
@@ -154,9 +154,10 @@ class ServiceMetrics:
         self._set([v for v in values if v[0] == "segcoord/agent/events/rate"])
         self._publish(values, at_ms)
 
-    def balancer(self, alive: bool, at_ms: int) -> None:
-        """Whether the Spark balancer ``segcoord run --balancer spark`` started is still running."""
-        values: list[Value] = [("segcoord/balancer/alive", None, None, 1.0 if alive else 0.0)]
+    def balancer(self, alive: bool | float, at_ms: int) -> None:
+        """Whether the Spark balancer ``segcoord run --balancer spark`` started is running: 1 yes, 0 it ended (and is
+        restarted after a backoff), -1 it failed too often and the planner agent balances instead."""
+        values: list[Value] = [("segcoord/balancer/alive", None, None, float(alive))]
         self._set(values)
         self._publish(values, at_ms)
 

@@ -22,10 +22,9 @@ from coordinator.locks.lockbox import Lockbox
 from coordinator.locks.state import LockboxState
 from coordinator.placement.state import PlacementState
 from coordinator.timeline.timelines import Timelines
-from events.cluster import SegmentLoadRefused, ServerJoined
 from events.schema import EventValidationError
 from events.segment import SegmentDescriptor
-from events.segments import SegmentAnnounced, SegmentsMarkedUsed, SegmentsPublished, SegmentUnannounced
+from events.segments import SegmentsMarkedUsed, SegmentsPublished
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, Topics
 from streaming.replay import LogRecord, ReplayError, read_log
 
@@ -39,10 +38,14 @@ class ClusterView:
     placement: PlacementState = field(default_factory=PlacementState)
     timelines: Timelines = field(default_factory=Timelines)
     lockbox: LockboxState = field(default_factory=Lockbox)
-    last_heard: dict[str, int] = field(default_factory=dict)
     descriptors: dict[str, SegmentDescriptor] = field(default_factory=dict)  # every segment ever published
     now: int = 0
     position: str | None = None
+
+    @property
+    def last_heard(self) -> dict[str, int]:
+        """When each server was last heard of (event time): the placement fold's (heartbeats, its own events)."""
+        return self.placement.last_heard
 
     def apply(self, record: LogRecord) -> None:
         """One record of the log to the folds that own its event."""
@@ -61,8 +64,6 @@ class ClusterView:
             self.lockbox.handle(env)
         if isinstance(event, SegmentsPublished | SegmentsMarkedUsed):
             self.descriptors.update((str(s.id), s) for s in event.segments)
-        if isinstance(event, SegmentAnnounced | SegmentUnannounced | SegmentLoadRefused | ServerJoined):
-            self.last_heard[event.server] = max(self.last_heard.get(event.server, 0), env.occurred_at)
 
 
 def from_log(bootstrap: str, topics: Topics, attempts: int = 20) -> ClusterView:

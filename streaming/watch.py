@@ -86,7 +86,7 @@ class Status:
     lag: dict[str, int]
     last_plan: dict[str, Any] | None
     dead_letters_last_hour: int
-    balancer: str  # "alive", "exited" (as last reported by the worker that started it) or "not started"
+    balancer: str  # "alive", "exited", "failed" (as last reported by the worker that started it) or "not started"
 
     def to_json(self) -> dict[str, Any]:
         return {"workerAlive": self.worker_alive, "members": self.members, "lag": self.lag,
@@ -151,7 +151,8 @@ def _last_reports(consumer: Consumer, name: str) -> tuple[dict[str, Any] | None,
     plan = newest.get("coordinator/time")
     alive = newest.get("segcoord/balancer/alive")
     return (None if plan is None else {"at": plan["timestamp"], "durationMs": plan["value"]},
-            "not started" if alive is None else ("alive" if alive["value"] else "exited"))
+            "not started" if alive is None else {1: "alive", 0: "exited (restarting)"}.get(
+                int(alive["value"]), "failed (the planner agent balances)"))
 
 
 def _tail_records(consumer: Consumer, name: str, per_partition: int) -> Iterator[dict[str, Any]]:

@@ -35,8 +35,9 @@ from array import array
 from collections import Counter
 
 import numpy as np
+import numpy.typing as npt
 
-from coordinator.balancer.cost import MILLIS_PER_HOUR, interval_joint_cost
+from coordinator.balancer.cost import MILLIS_PER_HOUR, _self_vec, interval_joint_cost
 
 # Window placement ignores bounds beyond ±10^13 ms (about the years 1653 and 2286):
 # "all time" segments must not stretch the grid.
@@ -137,12 +138,59 @@ class CoverageTree:
         self._rebuild()
 
     def _rebuild(self) -> None:
+        """Every held segment placed afresh on the current grid, in bulk (NumPy), then every node recomputed."""
         self._reset_arrays()
         self.outside.clear()
-        touched: list[int] = []
-        for (start, end), n in self.segments.items():
-            self._place(start, end, n, recompute=False, touched=touched)
-        self._recompute_touched(touched)
+        if not self.segments:
+            return
+        held = list(self.segments.items())
+        starts = np.fromiter((key[0] for key, _ in held), np.int64, len(held))
+        ends = np.fromiter((key[1] for key, _ in held), np.int64, len(held))
+        counts = np.fromiter((n for _, n in held), np.int64, len(held))
+        self._place_many(starts, ends, counts)
+        self._recompute_all()
+
+    def _place_many(self, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64],
+                    counts: npt.NDArray[np.int64]) -> None:
+        """:meth:`_place` for many intervals at once, on a fresh grid (no recomputation): the same canonical
+        cover counts, leaf pieces and outside parts, found with array operations a tree level at a time."""
+        w0, w1 = self.window
+        beyond = np.flatnonzero((starts < w0) | (ends > w1))
+        for i in beyond.tolist():
+            self._bump(self.outside, (int(starts[i]), int(ends[i])), int(counts[i]))
+        c0, c1 = np.maximum(starts, w0), np.minimum(ends, w1)
+        inside = c1 > c0
+        c0, c1, counts = c0[inside], c1[inside], counts[inside]
+        leaf, n = self.leaf, self.n_leaves
+        b0, b1 = (c0 - w0) // leaf, (c1 - 1 - w0) // leaf
+        left_piece = (c0 != w0 + b0 * leaf) | ((b0 == b1) & (c1 != w0 + (b1 + 1) * leaf))
+        first_full = b0 + left_piece
+        right_piece = (b1 >= first_full) & (c1 != w0 + (b1 + 1) * leaf)
+        last_full = b1 - right_piece
+        piece_leaf = np.r_[b0[left_piece], b1[right_piece]]
+        piece_a = np.r_[c0[left_piece], (w0 + b1 * leaf)[right_piece]]
+        piece_b = np.r_[np.minimum(c1, w0 + (b0 + 1) * leaf)[left_piece], c1[right_piece]]
+        piece_n = np.r_[counts[left_piece], counts[right_piece]]
+        for index, a, b, c in zip(piece_leaf.tolist(), piece_a.tolist(), piece_b.tolist(), piece_n.tolist(),
+                                  strict=True):
+            bucket = self.pieces.get(index)
+            if bucket is None:
+                bucket = self.pieces[index] = Counter()
+            bucket[(a, b)] += c
+        full = first_full <= last_full
+        lo, hi, weight = first_full[full] + n, last_full[full] + n + 1, counts[full]
+        cnt = np.asarray(self.cnt, dtype=np.int64)
+        while len(lo):
+            odd_lo = (lo & 1).astype(bool)
+            cnt += np.bincount(lo[odd_lo], weights=weight[odd_lo], minlength=2 * n).astype(np.int64)
+            lo = lo + odd_lo
+            odd_hi = (hi & 1).astype(bool)
+            cnt += np.bincount(hi[odd_hi] - 1, weights=weight[odd_hi], minlength=2 * n).astype(np.int64)
+            hi = hi - odd_hi
+            lo, hi = lo >> 1, hi >> 1
+            more = lo < hi
+            lo, hi, weight = lo[more], hi[more], weight[more]
+        self.cnt = cnt.tolist()
 
     def _recompute_touched(self, touched: list[int]) -> None:
         """Recompute the touched nodes and their ancestors, children first (a full sweep when that is cheaper)."""
@@ -212,8 +260,7 @@ class CoverageTree:
                 w0, w1 = old_window
                 self.depth = -1
                 self._grow(min(lo, w0), max(hi, w1))
-        for a, b in zip(starts, ends, strict=True):
-            self.segments[(a, b)] += 1
+        self.segments.update(zip(starts, ends, strict=True))
         w0, w1 = self.window
         if has_normal and (self.depth < 0 or lo < w0 or hi > w1):
             self._grow(lo, hi)  # re-places everything
@@ -221,6 +268,9 @@ class CoverageTree:
         if self.depth < 0:
             for a, b in zip(starts, ends, strict=True):
                 self.outside[(a, b)] += 1
+            return
+        if 8 * len(starts) >= sum(self.segments.values()):  # a large share of what is held: re-place in bulk
+            self._rebuild()
             return
         touched: list[int] = []
         for a, b in zip(starts, ends, strict=True):
@@ -323,10 +373,17 @@ class CoverageTree:
         lp[n:] = rp[n:] = leaf_c * self.base_f[0]
         mass[n:] = leaf_c * self.width_u[0]
         fl[n:] = fr[n:] = leaf_c * self.base_half_s[0]
-        for index in self.pieces:  # leaves with pieces: their exact sums, from Python
-            p = index + n
-            self._recompute(p)
-            lp[p], rp[p], mass[p], fl[p], fr[p] = self.lp[p], self.rp[p], self.mass[p], self.fl[p], self.fr[p]
+        if self.pieces:  # leaves with pieces: the sums of _recompute, evaluated for every piece at once
+            held = [(index, a, b, c) for index, bucket in self.pieces.items() for (a, b), c in bucket.items()]
+            index_, a_, b_, c_ = (np.array(column, dtype=np.int64) for column in zip(*held, strict=True))
+            k = self.k
+            left = self.origin + index_ * self.leaf
+            w = k * (b_ - a_).astype(np.float64)
+            dl, dr = k * (a_ - left).astype(np.float64), k * (left + self.leaf - b_).astype(np.float64)
+            fw, half_s, c = -np.expm1(-w), _self_vec(w) / 2, c_.astype(np.float64)
+            for moment, values in ((lp, c * fw * np.exp(-dr)), (rp, c * fw * np.exp(-dl)), (mass, c * w),
+                                   (fl, c * (fw * -np.expm1(-dl) + half_s)), (fr, c * (fw * -np.expm1(-dr) + half_s))):
+                moment[n:] += np.bincount(index_, weights=values, minlength=n)
         for level in range(1, self.depth + 1):
             lo, hi = n >> level, n >> (level - 1)  # this level's nodes are [lo, hi)
             a, b = slice(2 * lo, 2 * hi, 2), slice(2 * lo + 1, 2 * hi, 2)

@@ -159,6 +159,7 @@ class Projected:
         self.loading: dict[str, dict[SegmentId, QueueItem]] = {}
         self.queued: dict[str, Counter[str]] = {}
         self.used_bytes: dict[str, int] = {}
+        self.loading_bytes: dict[str, int] = {}  # server -> bytes of the loads queued to it
         self.holders: dict[SegmentId, set[str]] = {}
         self.pending: dict[SegmentId, set[str]] = {}
         self.move_sources: dict[SegmentId, set[str]] = {}
@@ -168,6 +169,8 @@ class Projected:
         self.active_in: dict[SegmentId, Counter[str]] = {}
         self.balanceable: dict[str, Any] = {}  # tier -> SortedKeyList of segment ids (see the module docstring)
         self.caches: dict[str, ServerCostCache] = {}
+        # server -> segments whose membership in its built cache changed since the cache was last read (True: in)
+        self._cache_delta: dict[str, dict[SegmentId, bool]] = {}
         self.touched_segments: set[SegmentId] = set()  # every segment whose projection changed (callers drain it)
         # overshadowed marking: used segments by data source and interval, and the segments whose used flag or
         # projection changed since the planner last marked (``mark_all``: it must look at every segment)
@@ -220,12 +223,28 @@ class Projected:
         return sorted(out)
 
     def cache(self, name: str) -> ServerCostCache:
-        """The server's cost cache of its projected segments: built on first use, then kept current."""
+        """The server's cost cache of its projected segments: built on first use, then kept current lazily: the
+        fold notes which segments entered or left the projection and the next read applies them at once (removes,
+        then one bulk add), so a burst of loads costs one tree update per server when a cost is next asked for,
+        not one per load on the publish path. A noted change is the pair's final state, so applying it to a
+        cache that already has it changes nothing."""
         cache = self.caches.get(name)
+        delta = self._cache_delta.pop(name, None)
         if cache is None:
             cache = ServerCostCache()
             cache.extend(self.segments[s] for s in self.projected_segments(name))
             self.caches[name] = cache
+        elif delta:
+            added = []
+            for sid, now_in in sorted(delta.items(), key=lambda kv: kv[0].sort_key):
+                if now_in:
+                    added.append(self.segments[sid])
+                else:
+                    cache.remove(sid)
+            if len(added) == 1:
+                cache.add(added[0])
+            elif added:
+                cache.extend(added)
         return cache
 
     def known_command(self, cid: str) -> bool:
@@ -292,7 +311,7 @@ class Projected:
         names.sort()
         self.active[tier] += 1
         self.loaded[name], self.dropping[name], self.loading[name] = set(), set(), {}
-        self.queued[name], self.used_bytes[name] = Counter(), 0
+        self.queued[name], self.used_bytes[name], self.loading_bytes[name] = Counter(), 0, 0
         for sid in sorted(self._server_pairs(name)):
             self._refresh(name, sid)
 
@@ -309,7 +328,8 @@ class Projected:
             self.active[tier] -= 1
         if not self.active[tier]:
             del self.active[tier]
-        for index in (self.loaded, self.dropping, self.loading, self.queued, self.used_bytes, self.caches):
+        for index in (self.loaded, self.dropping, self.loading, self.queued, self.used_bytes, self.loading_bytes,
+                      self.caches, self._cache_delta):
             index.pop(name, None)
 
     # -- facts: segments and holdings --------------------------------------------------------------
@@ -468,20 +488,18 @@ class Projected:
             return
         self.touched_segments.add(sid)
         self.mark_pending.add(sid)
-        cache = self.caches.get(name)
+        cached = name in self.caches
         if old is not None:
             self._contribute(name, sid, old, -1)
             del self._pairs[key]
         if new is not None:
             self._pairs[key] = new
             self._contribute(name, sid, new, +1)
-        if cache is not None:
+        if cached:
             was = old is not None and old.projected
             now = new is not None and new.projected
-            if was and not now:
-                cache.remove(sid)
-            elif now and not was:
-                cache.add(self.segments[sid])
+            if was != now:  # applied when the cache is next read (see ``cache``)
+                self._cache_delta.setdefault(name, {})[sid] = now
 
     def _contribute(self, name: str, sid: SegmentId, d: _Derived, sign: int) -> None:
         tier = d.tier
@@ -518,6 +536,7 @@ class Projected:
                 del self.loading[name][sid]
             self.queued[name][item.purpose] += sign
             self.used_bytes[name] += sign * d.size
+            self.loading_bytes[name] += sign * d.size
             if item.move_id is None:
                 _toggle(self.pending.setdefault(sid, set()), name, sign)
                 _count(self.pending_in, sid, tier, sign)
@@ -581,12 +600,12 @@ def snapshot(p: Projected) -> dict[str, object]:
         "loaded": sets(p.loaded), "dropping": sets(p.dropping),
         "loading": {n: {str(s): q for s, q in sorted(v.items())} for n, v in sorted(p.loading.items()) if v},
         "queued": {n: {k: c for k, c in sorted(v.items()) if c} for n, v in sorted(p.queued.items())},
-        "used_bytes": dict(sorted(p.used_bytes.items())),
+        "used_bytes": dict(sorted(p.used_bytes.items())), "loading_bytes": dict(sorted(p.loading_bytes.items())),
         "holders": sets(p.holders), "pending": sets(p.pending), "move_sources": sets(p.move_sources),
         "loaded_in": counters(p.loaded_in), "pending_in": counters(p.pending_in),
         "replica_loads": {t: n for t, n in sorted(p.replica_loads.items()) if n},
         "active_in": counters(p.active_in),
         "balanceable": {t: [str(s) for s in ranked] for t, ranked in sorted(p.balanceable.items())},
-        "caches": {n: sorted(str(s) for s in c.segment_ids()) for n, c in sorted(p.caches.items())},
+        "caches": {n: sorted(str(s) for s in p.cache(n).segment_ids()) for n in sorted(p.caches)},
         "projected": {n: [str(s) for s in p.projected_segments(n)] for n in sorted(p.caches)},
     }

@@ -18,10 +18,16 @@
   the ``source``. ``CancelSegmentLoad``: the load it names (else the server's queued
   loads of the segment) leaves the queue with its move's drop half, and the cancel is
   settled (it needs no answer).
-- ``ServerJoined`` (tier, max size; a rejoin keeps what is not given), ``ServerLeft``
-  (out of the projection, its queue settled, with the drop halves of the moves it was
-  loading: their sources keep their copies; what it announced is kept, so a server
-  that comes back holds it again), ``ServerDecommissioned`` / ``ServerRecommissioned``.
+- ``ServerJoined`` (tier, max size; a rejoin keeps what is not given), ``ServerLeft`` and
+  ``ServerLost`` (alike: out of the projection, its queue settled, with the drop halves of
+  the moves it was loading: their sources keep their copies; what it announced stays held
+  until the coordinator's ``SegmentUnannounced`` of each copy, which
+  :func:`coordinator.placement.liveness.unannounce_departed` decides, is read back),
+  ``ServerDecommissioned`` / ``ServerRecommissioned``.
+- ``last_heard[server]``: the latest event time of a ``ServerJoined``, ``ServerHeartbeat``,
+  refusal, or announce / unannounce of the server's own (not the coordinator's, which
+  carries a ``reason``); what :func:`coordinator.placement.liveness.silent_servers` reads.
+  A heartbeat changes nothing else and triggers no plan.
 - ``RulesSet``: that data source's rules are replaced, the others' kept; a fresh
   cluster has Druid's default (``loadForever`` 2 replicas on ``_default_tier``).
   ``DynamicConfigSet``: merged into the current config (keys not given keep their values).
@@ -52,8 +58,10 @@ from events.cluster import (
     RulesSet,
     SegmentLoadRefused,
     ServerDecommissioned,
+    ServerHeartbeat,
     ServerJoined,
     ServerLeft,
+    ServerLost,
     ServerRecommissioned,
 )
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
@@ -118,6 +126,7 @@ class PlacementState(Projected):
         self.config_json: dict[str, Any] = {}
         self.start: int | None = None  # the earliest event time applied (the coordinator's start)
         self.last_event_at = 0
+        self.last_heard: dict[str, int] = {}  # server -> event time it was last heard of (see the docstring)
 
     # -- the fold ---------------------------------------------------------------------------------
     def evolve(self, env: Envelope[Event]) -> Touched:
@@ -140,6 +149,9 @@ class PlacementState(Projected):
 
     def _evolve(self, env: Envelope[Event], t: Touched) -> None:
         event, cause = env.event, env.causation_id
+        if isinstance(event, ServerJoined | ServerHeartbeat | SegmentAnnounced | SegmentLoadRefused) or (
+                isinstance(event, SegmentUnannounced) and event.reason is None):
+            self.heard(event.server, env.occurred_at)
         if isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad):
             self._command(env, t)
         elif isinstance(event, SegmentsPublished | SegmentsMarkedUsed):
@@ -185,7 +197,7 @@ class PlacementState(Projected):
             self._server(event.server, ServerFacts(
                 event.tier or old.tier, event.max_size_bytes if event.max_size_bytes is not None else
                 old.max_size_bytes, old.decommissioning, True), t)
-        elif isinstance(event, ServerLeft):
+        elif isinstance(event, ServerLeft | ServerLost):
             left = self.servers.get(event.server)
             if left is not None:
                 self._server(event.server, replace(left, joined=False), t)
@@ -206,6 +218,12 @@ class PlacementState(Projected):
         elif isinstance(event, DynamicConfigSet):
             self.set_config(dict(event.config))
             t.config = t.trigger = True
+
+    def heard(self, name: str, at: int) -> None:
+        """The server was heard of at ``at`` (event time; the latest wins)."""
+        if at > self.last_heard.get(name, -1):
+            self.last_heard[name] = at
+            self.dirty.add(("heard", name))
 
     def _server(self, name: str, facts: ServerFacts, t: Touched) -> None:
         self.set_server(name, facts)

@@ -11,7 +11,7 @@ after stage 0 cancels the loads queued on decommissioning servers:
    segment at the start of the run);
 5. segments on decommissioning servers move to active ones (drains: see *Moves* below);
 6. stages 1-4 again within (loading + decommissioning)% of the queue;
-7. balancing: random segments (a generator seeded by run and tier) move to a
+7. balancing: random segments (an order hashed from run, tier and stage) move to a
    strictly cheaper server among the top B (Druid's rule; see
    :mod:`coordinator.balancer.strategy`), until 80 of the last 100 iterations
    failed or the tier's balancing moves are used up (see *Moves* below);
@@ -41,15 +41,13 @@ the coordinator started (Druid's rule).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import operator
-import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
-
-import numpy as np
 
 from coordinator.balancer.cost_cache import ServerCostCache
 from coordinator.balancer.strategy import TIE_TOLERANCE, num_best_servers
@@ -384,12 +382,22 @@ class _Run:
         dests = [n for n in active if self.can_take(n, sid)]
         if not dests:
             return "stay"
-        ranked = sorted(dests, key=lambda n: (self.p.cache(n).cost_of(seg), -self.p.free_bytes(n), n))[:best]
+        staying = {h: self.p.cache(h).cost_of(seg) for h in holders}
+        # A server whose cost is at least every holder's bar can never be a destination, and every server ranked
+        # after it costs at least as much: leaving such servers out of the ranking changes no outcome. Its cost
+        # is known to clear the bar as soon as the cheaper of the cache's two tree sums does (the other term is
+        # non-negative), so it costs one tree walk instead of two (``ServerCostCache.cost_below``).
+        bar = max(c * (1 - TIE_TOLERANCE) for c in staying.values())
+        costs: dict[str, float] = {}
+        for n in dests:
+            cost = self.p.cache(n).cost_below(seg, bar)
+            if cost is not None:
+                costs[n] = cost
+        ranked = sorted(costs, key=lambda n: (costs[n], -self.p.free_bytes(n), n))[:best]
         blocked = False
         for holder in holders:
-            staying = self.p.cache(holder).cost_of(seg)
             for n in ranked:
-                if not self.p.cache(n).cost_of(seg) < staying * (1 - TIE_TOLERANCE):
+                if not costs[n] < staying[holder] * (1 - TIE_TOLERANCE):
                     break
                 if self.room(n, "balancing", share, relative):
                     self.move(sid, holder, n, tier, stage, "balancing", f"cheaper than {holder}")
@@ -398,6 +406,13 @@ class _Run:
         return "full" if blocked else "stay"
 
     def balance(self, stage: int, share: float | None, relative: bool, record: bool) -> None:
+        for _ in self.balance_steps(stage, share, relative, record):
+            pass
+
+    def balance_steps(self, stage: int, share: float | None, relative: bool, record: bool) -> Iterator[None]:
+        """Stage 7 or 11, one step per candidate drawn (a :class:`BalancingRun` stops between any two steps and
+        lets events in; the candidates are the ranked index as it is at each draw, so a segment announced or
+        unannounced in between is seen as the fold has it)."""
         if not self.balancing:
             return
         for tier in sorted(self.p.tiers):
@@ -409,16 +424,21 @@ class _Run:
             candidates = self.balance_candidates(tier)
             if not candidates:
                 continue
-            seed = zlib.crc32(f"{self.run_number}/{tier}/{stage}".encode())
+            seed = f"{self.run_number}/{tier}/{stage}"
             visited = self.visited.setdefault(tier, set())
             window: deque[bool] = deque(maxlen=100)
-            for i in _draws(np.random.default_rng(seed), len(candidates)):
-                if self.moves_made[tier] >= cap:
+            for i in _draws(seed, len(candidates)):
+                if self.moves_made[tier] >= cap or tier not in self.p.tiers:
                     break
+                candidates = self.balance_candidates(tier)  # the same index, unless a slice boundary passed
+                if i >= len(candidates):
+                    yield
+                    continue  # the index shrank since the run drew its permutation
                 sid = candidates[i]
                 if sid in visited:
                     window.append(False)
                 elif not self.movable(sid, tier):
+                    yield
                     continue  # not a candidate: its rule does not load it here (stage 12 drops it) or unused
                 else:
                     visited.add(sid)
@@ -428,18 +448,31 @@ class _Run:
                     elif outcome == "full" and record:
                         self.to_be_balanced.setdefault(tier, []).append(sid)
                     window.append(outcome == "moved")
+                yield
                 if len(window) == 100 and sum(1 for ok in window if not ok) >= 80:
                     break
 
     def balance_blocked(self, stage: int) -> None:
+        for _ in self.balance_blocked_steps(stage):
+            pass
+
+    def balance_blocked_steps(self, stage: int) -> Iterator[None]:
+        """Stage 10, one step per segment retried."""
         if not self.balancing:
             return
         for tier in sorted(self.to_be_balanced):
             for sid in self.to_be_balanced[tier]:
-                if self.moves_made[tier] >= self.balance_cap(tier):
+                if self.moves_made[tier] >= self.balance_cap(tier) or tier not in self.p.tiers:
                     break
                 if self.try_move(sid, tier, stage, None, False) == "moved":
                     self.moves_made[tier] += 1
+                yield
+
+    def balancing_steps(self) -> Iterator[None]:
+        """The balancing stages of a run (7 within the balancing share, 10, then 11 with the full queue)."""
+        yield from self.balance_steps(7, self.shares["balancing"], True, record=True)
+        yield from self.balance_blocked_steps(10)
+        yield from self.balance_steps(11, None, False, record=False)
 
     # -- stage 12-13: unloading -----------------------------------------------------------
     def unload(self, stage: int) -> None:
@@ -641,6 +674,7 @@ class _Run:
             for name in sorted(p.tier_of):  # O(servers): an event's scoped run costs its segments alone
                 _put(metrics, f"segment/loadQueue/count/{name}", p.queue_size(name))
                 _put(metrics, f"segment/dropQueue/count/{name}", len(p.dropping[name]))
+                _put(metrics, f"segment/loadQueue/size/{name}", p.loading_bytes[name])
         metrics["segment/markedUnused/count"] = len(self.unused)
         if cost_before is not None:
             metrics["balancer/cost/before"] = cost_before
@@ -649,17 +683,28 @@ class _Run:
         return Plan(tuple(self.commands), tuple(self.unused), metrics, unknown, frozenset(self.deferred))
 
 
-def _draws(rng: np.random.Generator, n: int) -> Iterator[int]:
-    """A uniformly random permutation of ``range(n)``, drawn lazily in O(1) per element (a sparse
-    Fisher-Yates shuffle): a balancing run that stops after a few hundred draws costs those draws, not ``n``.
+def _draws(seed: str, n: int) -> Iterator[int]:
+    """A pseudo-random permutation of ``range(n)`` for ``seed`` ("run/tier/stage"), drawn lazily in O(1) per
+    element (a sparse Fisher-Yates shuffle): a balancing run that stops after a few hundred draws costs those
+    draws, not ``n``.
 
-    >>> import numpy as np
-    >>> sorted(_draws(np.random.default_rng(7), 5))
+    Draw ``k`` swaps position ``k`` with ``k + h mod (n - k)`` where ``h`` is the first 8 bytes of
+    ``blake2b(seed/k)``: the order is a pure function of (run, tier, stage) and the candidates' ids (they are
+    ranked in segment id order), the same on every machine, Python and NumPy build (NumPy's generators promise
+    no stream stability across versions). Hashing each candidate's id instead and sorting would give the same
+    guarantee but cost O(n log n) per run even when the run stops early. The modulo bias (below 2**-40 for
+    n < 2**24) is irrelevant to balancing.
+
+    >>> sorted(_draws("1/hot/7", 5))
     [0, 1, 2, 3, 4]
+    >>> list(_draws("1/hot/7", 6)) == list(_draws("1/hot/7", 6)) != list(_draws("2/hot/7", 6))
+    True
     """
     moved: dict[int, int] = {}
+    prefix = seed.encode() + b"/"
     for k in range(n):
-        j = k + int(rng.integers(n - k))
+        h = int.from_bytes(hashlib.blake2b(prefix + str(k).encode(), digest_size=8).digest(), "big")
+        j = k + h % (n - k)
         at_j = moved.get(j, j)
         moved[j] = moved.pop(k, k)
         yield at_j

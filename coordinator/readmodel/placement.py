@@ -101,7 +101,8 @@ def held_bytes(p: PlacementState, name: str) -> int:
 
 def servers(p: PlacementState, last_heard: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """Every joined server: tier, sizes, segments, queue, decommissioning and when it was last heard of
-    (``lastHeard``, event time ms, when the caller knows it), by name."""
+    (``lastHeard``, event time ms: the fold's heartbeats and the server's own events, unless the caller gives
+    its own), by name."""
     out = []
     for name in sorted(p.tier_of):
         facts = p.servers[name]
@@ -109,7 +110,7 @@ def servers(p: PlacementState, last_heard: dict[str, int] | None = None) -> list
             "name": name, "tier": facts.tier, "maxSize": facts.max_size_bytes, "currSize": held_bytes(p, name),
             "segments": len(p.held.get(name, ())), "segmentsToLoad": len(p.loading.get(name, ())),
             "segmentsToDrop": len(p.dropping.get(name, ())), "decommissioning": name in p.decommissioning,
-            "lastHeard": (last_heard or {}).get(name),
+            "lastHeard": (p.last_heard if last_heard is None else last_heard).get(name),
         })
     return out
 

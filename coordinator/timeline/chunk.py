@@ -46,9 +46,11 @@ a lister to what it lists).
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from events.segment import SegmentDescriptor
+
+_NONE: frozenset[int] = frozenset()
 
 SERVE = "serve"
 PASS = "pass"
@@ -149,6 +151,8 @@ class ChunkStructure:
     lists: Mapping[int, frozenset[int]]
     order: tuple[int, ...]
     known: frozenset[int]
+    #: Verdicts already computed, by online set (a pure function of it; bounded, see resolve_structure).
+    memo: dict[frozenset[int], ChunkResolution] = field(default_factory=dict, compare=False, repr=False)
 
 
 def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
@@ -205,8 +209,22 @@ def resolve_chunk(members: Mapping[int, SegmentDescriptor], online: Set[int]) ->
 def resolve_structure(structure: ChunkStructure, online: Set[int]) -> ChunkResolution:
     """The verdict for one online set, given the chunk's cached structure."""
     if structure.plain:
-        return ChunkResolution(frozenset(p for p in structure.known if p in online), frozenset(), frozenset(),
-                               frozenset())
+        return ChunkResolution(structure.known.intersection(online), _NONE, _NONE, _NONE)
+    key = frozenset(online)
+    memo = structure.memo
+    found = memo.get(key)
+    if found is None:
+        found = _resolve_groups(structure, online)
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        memo[key] = found
+    return found
+
+
+_MEMO_MAX = 8
+
+
+def _resolve_groups(structure: ChunkStructure, online: Set[int]) -> ChunkResolution:
     group_of, group_members, lists, order = structure.group_of, structure.group_members, structure.lists, \
         structure.order
     known = structure.known

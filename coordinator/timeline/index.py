@@ -72,15 +72,23 @@ class IntervalIndex(Generic[K, V]):
         if query.is_empty():
             return []
         found: list[V] = []
+        append = found.append
         qs, qe = query.start, query.end
         for level, buckets in self._levels.items():
             shift = level + BASE_BITS
             first, last = (qs >> shift) - 1, (qe - 1) >> shift
             if last - first + 1 <= len(buckets):
-                candidates = (buckets.get(b) for b in range(first, last + 1))
+                get = buckets.get
+                for b in range(first, last + 1):
+                    items = get(b)
+                    if items is not None:
+                        for s, e, v in items.values():
+                            if s < qe and qs < e:
+                                append(v)
             else:
-                candidates = (items for b, items in buckets.items() if first <= b <= last)
-            for items in candidates:
-                if items:
-                    found.extend(v for s, e, v in items.values() if s < qe and qs < e)
+                for b, items in buckets.items():
+                    if first <= b <= last:
+                        for s, e, v in items.values():
+                            if s < qe and qs < e:
+                                append(v)
         return found

@@ -53,9 +53,10 @@ from typing import NamedTuple
 from sortedcontainers import SortedList
 
 from coordinator.timeline.chunk import ChunkResolution, ChunkStructure, chunk_structure, resolve_structure
-from coordinator.timeline.coverage import covers, subtract
+from coordinator.timeline.coverage import subtract_sorted
 from coordinator.timeline.index import IntervalIndex
 from coordinator.timeline.overwrite import as_list_form
+from events.compiled import constructor
 from events.interval import Interval
 from events.segment import SegmentDescriptor, SegmentId
 from events.visibility import SegmentState
@@ -76,6 +77,9 @@ class StateChange:
         return f"{self.segment_id}: {self.old} -> {self.new}"
 
 
+_state_change = constructor(StateChange)
+
+
 class LookupEntry(NamedTuple):
     """A visible segment and the parts of the queried interval it serves, in time order."""
 
@@ -86,8 +90,9 @@ class LookupEntry(NamedTuple):
 class _Chunk:
     """Mutable bookkeeping of one (interval, version); only the Timeline touches it."""
 
-    __slots__ = ("complete", "covered", "fully_hidden", "ids", "interval", "key", "members", "online", "rank",
-                 "resolution", "served", "structure", "version", "visible_ids")
+    __slots__ = ("candidate", "complete", "covered", "entries", "fully_hidden", "higher", "ids", "interval", "key",
+                 "members", "neighbors", "neighbors_epoch", "online", "rank", "resolution", "served", "states",
+                 "structure", "version", "visible_ids")
 
     def __init__(self, interval: Interval, version: str) -> None:
         self.interval = interval
@@ -97,17 +102,20 @@ class _Chunk:
         self.members: dict[int, SegmentDescriptor] = {}
         self.ids: dict[int, SegmentId] = {}
         self.online: set[int] = set()
+        self.states: dict[int, SegmentState] = {}  # each member's state as in Timeline._state (no id hashing)
         self.resolution = _EMPTY
         self.structure: ChunkStructure | None = None  # None: members changed since last resolve
         self.complete = False
+        self.candidate = False  # has a visible segment: may serve where no complete chunk does
         self.visible_ids: tuple[SegmentId, ...] = ()
         self.served: tuple[Interval, ...] = ()
         self.fully_hidden = False
         self.covered = False  # coverage computed at least once
+        self.neighbors: list[_Chunk] = []  # the other chunks overlapping this one, valid at neighbors_epoch
+        self.higher: list[_Chunk] = []  # those of them ranked higher; both in (start, end, version) order
+        self.neighbors_epoch = -1
+        self.entries: list[LookupEntry] | None = None  # lookup entries of the whole served pieces (cache)
 
-    @property
-    def candidate(self) -> bool:
-        return bool(self.resolution.visible)
 
     def set_member(self, sid: SegmentId, segment: SegmentDescriptor) -> None:
         partition = sid.partition_id
@@ -121,6 +129,7 @@ class _Chunk:
             del self.ids[partition]
             self.structure = None
         self.online.discard(partition)
+        self.states.pop(partition, None)
 
     def resolve(self) -> None:
         structure = self.structure
@@ -128,8 +137,20 @@ class _Chunk:
             structure = self.structure = chunk_structure(as_list_form(self.members))
         self.resolution = resolve_structure(structure, self.online)
         visible = self.resolution.visible
-        self.complete = bool(visible) and all(p in self.online for p in range(structure.core))
-        self.visible_ids = tuple(self.ids[p] for p in sorted(visible))
+        self.candidate = bool(visible)
+        self.complete = bool(visible) and self.online.issuperset(range(structure.core))
+        visible_ids = tuple(self.ids[p] for p in sorted(visible))
+        if visible_ids != self.visible_ids:
+            self.visible_ids = visible_ids
+            self.entries = None
+
+
+def _change_order(change: StateChange) -> tuple[str, int, int, str, int]:
+    return change.segment_id.sort_key
+
+
+def _chunk_key(chunk: _Chunk) -> ChunkKey:
+    return chunk.key
 
 
 def _key(sid: SegmentId) -> ChunkKey:
@@ -149,6 +170,7 @@ class Timeline:
         self._served: SortedList = SortedList()  # (start, end, chunk key, piece), disjoint pieces
         self._state: dict[SegmentId, SegmentState] = {}
         self._forgotten: list[SegmentId] = []
+        self._epoch = 0  # bumped whenever a chunk is added or removed: the chunks' neighbor lists go stale
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -182,7 +204,7 @@ class Timeline:
             tl._cover(chunk)
         for chunk in tl._chunks.values():
             for p, sid in chunk.ids.items():
-                tl._state[sid] = tl._state_in(chunk, p)
+                tl._state[sid] = chunk.states[p] = tl._state_in(chunk, p)
         return tl
 
     def _check(self, seg: SegmentDescriptor) -> None:
@@ -195,7 +217,19 @@ class Timeline:
         if chunk is None:
             chunk = self._chunks[key] = _Chunk(seg.interval, seg.version)
             self._index.add(key, seg.interval, chunk)
+            self._epoch += 1
         return chunk
+
+    def _neighbors(self, chunk: _Chunk) -> list[_Chunk]:
+        """The other chunks overlapping ``chunk``, from its cache while no chunk came or went."""
+        if chunk.neighbors_epoch != self._epoch:
+            neighbors = [o for o in self._index.overlapping(chunk.interval) if o is not chunk]
+            neighbors.sort(key=_chunk_key)  # by start: what coverage.subtract_sorted reads
+            rank = chunk.rank
+            chunk.neighbors = neighbors
+            chunk.higher = [o for o in neighbors if o.rank > rank]
+            chunk.neighbors_epoch = self._epoch
+        return chunk.neighbors
 
     # -- mutations --------------------------------------------------------------------
     def publish(self, segments: Iterable[SegmentDescriptor]) -> list[StateChange]:
@@ -266,42 +300,59 @@ class Timeline:
             return []
         restate: dict[ChunkKey, _Chunk] = {}
         recover: dict[ChunkKey, _Chunk] = {}
-        dirty: list[Interval] = []
-        for key in sorted(touched):
+        dirty: list[list[_Chunk]] = []  # chunks whose interval changed hands
+        for key in sorted(touched) if len(touched) > 1 else touched:
             chunk = self._chunks[key]
             before = (chunk.complete, chunk.candidate)
             chunk.resolve()
             if not chunk.members:
+                neighbors = self._neighbors(chunk)
                 self._uncover(chunk)
                 self._index.remove(key)
                 del self._chunks[key]
-                dirty.append(chunk.interval)
+                self._epoch += 1
+                dirty.append(neighbors)
                 continue
             restate[key] = chunk
             if (chunk.complete, chunk.candidate) != before:
-                dirty.append(chunk.interval)
+                dirty.append([chunk])
+                dirty.append(self._neighbors(chunk))
             elif not chunk.covered:
                 recover[key] = chunk  # a new chunk may lie under higher ones
-        for interval in dirty:
-            for other in self._index.overlapping(interval):
-                recover[other.key] = other
+        for chunks in dirty:
+            for other in chunks:
+                if self._chunks.get(other.key) is other:  # not removed later in this settle
+                    recover[other.key] = other
         for key, chunk in recover.items():
             if self._cover(chunk):
                 restate[key] = chunk
         changes: list[StateChange] = []
         state = self._state
         for chunk in restate.values():
+            known = chunk.states
+            online = chunk.online
+            res = chunk.resolution
+            hidden, overshadowed, visible = chunk.fully_hidden, res.overshadowed, res.visible
+            served = bool(chunk.served)
             for p, sid in chunk.ids.items():
-                new = self._state_in(chunk, p)
-                old = state.get(sid, "absent")
+                # _state_in, inlined (this loop runs for every member of every restated chunk)
+                if p not in online:
+                    new: SegmentState = "offline"
+                elif hidden or p in overshadowed:
+                    new = "overshadowed"
+                elif served and p in visible:
+                    new = "visible"
+                else:
+                    new = "standby"
+                old = known.get(p, "absent")
                 if new != old:
-                    state[sid] = new
-                    changes.append(StateChange(sid, old, new))
+                    state[sid] = known[p] = new
+                    changes.append(_state_change(sid, old, new))
         for sid in self._forgotten:
             if sid in state and sid not in self._segments:
                 changes.append(StateChange(sid, state.pop(sid), "absent"))
         self._forgotten.clear()
-        changes.sort(key=lambda c: c.segment_id)
+        changes.sort(key=_change_order)  # the ids' order, compared as plain tuples (in C)
         return changes
 
     # -- coverage -----------------------------------------------------------------------
@@ -311,23 +362,25 @@ class Timeline:
         Returns whether either changed (only then can its members' states change).
         """
         chunk.covered = True
-        rank = chunk.rank
-        others = [o for o in self._index.overlapping(chunk.interval) if o is not chunk]
-        higher_complete = [o.interval for o in others if o.complete and o.rank > rank]
+        others = self._neighbors(chunk)
+        higher = chunk.higher
+        interval = chunk.interval
         served: tuple[Interval, ...] = ()
         if chunk.complete:
-            served = subtract(chunk.interval, higher_complete)
+            served = subtract_sorted(interval, [o.key for o in higher if o.complete])
             fully_hidden = not served
         else:
-            fully_hidden = covers(higher_complete, chunk.interval)
+            fully_hidden = not subtract_sorted(interval, [o.key for o in higher if o.complete])
             if chunk.candidate and not fully_hidden:
-                blockers = [o.interval for o in others if o.complete or (o.candidate and o.rank > rank)]
-                served = subtract(chunk.interval, blockers)
+                rank = chunk.rank
+                blockers = [o.key for o in others if o.complete or (o.candidate and o.rank > rank)]
+                served = subtract_sorted(interval, blockers)
         changed = fully_hidden != chunk.fully_hidden
         chunk.fully_hidden = fully_hidden
         if served != chunk.served:
             self._uncover(chunk)
             chunk.served = served
+            chunk.entries = None
             for piece in served:
                 self._served.add((piece.start, piece.end, chunk.key, piece))
             changed = True
@@ -337,6 +390,7 @@ class Timeline:
         for piece in chunk.served:
             self._served.remove((piece.start, piece.end, chunk.key, piece))
         chunk.served = ()
+        chunk.entries = None
 
     def _state_in(self, chunk: _Chunk, p: int) -> SegmentState:
         if p not in chunk.online:
@@ -376,7 +430,9 @@ class Timeline:
 
         Entries come in the order of the first instant each serves, then by
         segment id: pieces are visited in time order and a chunk's visible ids
-        are sorted, so no sort is needed.
+        are sorted, so no sort is needed. A chunk served only inside the query
+        answers with its cached entries (built once per change of its visible
+        ids or served pieces), so a long query costs its pieces, not its segments.
         """
         if interval.is_empty():
             return []
@@ -385,25 +441,41 @@ class Timeline:
         i = pieces.bisect_left((qs,))
         if i > 0 and pieces[i - 1][1] > qs:
             i -= 1
-        # Keyed by the id object's identity: each member's SegmentId is one object held by its
-        # chunk, and identity hashing is far cheaper than hashing the dataclass.
-        parts: dict[int, tuple[SegmentId, list[Interval]]] = {}
+        # A chunk's visible segments serve the same parts, so the parts are gathered per chunk, in the
+        # order of its first piece (pieces are disjoint: no two chunks start serving at the same instant).
+        # None: every piece of the chunk lies inside the query, its cached entries are the answer.
+        parts: dict[ChunkKey, list[Interval] | None] = {}
         chunks = self._chunks
         for start, end, key, piece in pieces.islice(i):
             if start >= qe:
                 break
-            sub = piece if qs <= start and end <= qe else Interval(max(start, qs), min(end, qe))
-            for sid in chunks[key].visible_ids:
-                got = parts.get(id(sid))
-                if got is None:
-                    parts[id(sid)] = (sid, [sub])
+            if key in parts:
+                ivs = parts[key]
+                if ivs is None:
                     continue
-                ivs = got[1]
-                if ivs[-1].end == sub.start:
-                    ivs[-1] = Interval(ivs[-1].start, sub.end)
-                else:
-                    ivs.append(sub)
-        return [LookupEntry(sid, tuple(ivs)) for sid, ivs in parts.values()]
+            else:
+                served = chunks[key].served
+                if served[0].start >= qs and served[-1].end <= qe:
+                    parts[key] = None
+                    continue
+                ivs = parts[key] = []
+            sub = piece if qs <= start and end <= qe else Interval(max(start, qs), min(end, qe))
+            if ivs and ivs[-1].end == sub.start:
+                ivs[-1] = Interval(ivs[-1].start, sub.end)
+            else:
+                ivs.append(sub)
+        out: list[LookupEntry] = []
+        for key, ivs in parts.items():
+            chunk = chunks[key]
+            if ivs is None:
+                entries = chunk.entries
+                if entries is None:
+                    entries = chunk.entries = [LookupEntry(sid, chunk.served) for sid in chunk.visible_ids]
+                out += entries
+            else:
+                clipped = tuple(ivs)
+                out += [LookupEntry(sid, clipped) for sid in chunk.visible_ids]
+        return out
 
     def served_pieces(self) -> list[tuple[Interval, tuple[Interval, str]]]:
         """The disjoint pieces of time and the chunk (interval, version) serving each, in time order."""

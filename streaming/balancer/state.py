@@ -34,7 +34,7 @@ moves it makes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -43,7 +43,8 @@ from pyspark import TaskContext
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
 
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS
-from events.envelope import decode
+from events.envelope import Envelope, decode
+from events.registry import Event
 from events.schema import EventValidationError
 from streaming.balancer.batch import run_batch
 from streaming.balancer.placement import ANSWERED, META, PLACEMENT, BalancerPlacement, meta_version
@@ -61,6 +62,18 @@ def current_batch_id() -> int:
     if raw is None:
         raise RuntimeError(f"no {BATCH_ID_PROPERTY} in the task context: run inside a streaming query")
     return int(raw)
+
+
+def decode_rows(values: Iterable[Any]) -> list[Envelope[Event]]:
+    """The envelopes of a batch's values, in order; tombstones (null, which pandas may hand over as NaN) and
+    undecodable values are skipped: the worker's agents dead-letter them, once (events.deadletter)."""
+    out: list[Envelope[Event]] = []
+    for value in values:
+        try:
+            out.append(decode(value))
+        except EventValidationError:
+            continue
+    return out
 
 
 def topic_rank(topic: str) -> int:
@@ -102,12 +115,7 @@ class BalancerProcessor(StatefulProcessor):
         table = pd.concat(frames) if frames else pd.DataFrame(columns=["topic", "partition", "offset", "value"])
         records = sorted(zip(table["topic"], table["partition"], table["offset"], table["value"], strict=True),
                          key=lambda r: (topic_rank(r[0]), r[0], int(r[1]), int(r[2])))
-        envelopes = []
-        for _topic, _partition, _offset, value in records:
-            try:
-                envelopes.append(decode(value))
-            except EventValidationError:
-                continue  # the agents dead-letter bad input; the balancer skips it
+        envelopes = decode_rows(value for _t, _p, _o, value in records)
         placement, hit = self._load()
         result = run_batch(placement, envelopes, batch_id, self.tiers, self._answered, cache_hit=hit,
                            compute_cost=self.compute_cost)

@@ -12,12 +12,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from streaming.cli import balance, broker, demo, events, historical, locks, log, operate, run, task, timeline
+from streaming.cli import balance, broker, demo, events, historical, locks, log, operate, run, task, timeline, upserts
 from streaming.cli.common import CliError
 
 __all__ = ["CliError", "build_parser", "main"]
 
-GROUPS = (demo, run, broker, timeline, locks, balance, log, historical, events, task, operate)
+GROUPS = (demo, run, broker, timeline, locks, balance, log, historical, events, task, operate, upserts)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from coordinator.placement.liveness import DEFAULT_SERVER_TIMEOUT_MS
 from streaming import config
 from streaming.cli.common import CliError, add_kafka, broker, topics
+from streaming.service.state import AppliedWindow
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -23,8 +24,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     tps = topics(args)
     address = args.bootstrap or os.environ.get("SEGCOORD_BOOTSTRAP")
+    if args.server_timeout_millis <= 0:
+        raise CliError(f"--server-timeout-millis: must be a positive number of ms, got {args.server_timeout_millis}")
+    try:
+        window = AppliedWindow(args.dedupe_window_ids, args.dedupe_window_ms)
+    except ValueError as e:
+        raise CliError(f"--dedupe-window-ids / --dedupe-window-ms: {e}") from None
     if args.plan_every <= 0:
         raise CliError(f"--plan-every: must be a positive number of seconds, got {args.plan_every}")
+    if args.coordinator_period <= 0:
+        raise CliError(f"--coordinator-period: must be a positive number of seconds, got {args.coordinator_period}")
     http = None
     if args.http:
         from streaming.http import parse_address
@@ -44,20 +53,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / tps.prefix.rstrip(".")
     print(f"segcoord run: timeline, lockbox and planner agents on {address}, topics {tps.prefix}*, "
           f"state {state_dir}", flush=True)
-    spark_balancer = None
+    supervisor = None
     if args.balancer == "spark":
+        from streaming.balancer.supervisor import BalancerSupervisor
+
         command = [sys.executable, "-m", "streaming.cli", "balancer", "run", "--bootstrap", address,
                    "--topic-prefix", tps.prefix, "--checkpoint", str(state_dir / "balancer-checkpoint")]
         for tier in args.balancer_tier or ():
             command += ["--tier", tier]
-        spark_balancer = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-        print(f"segcoord run: Spark balancer started (pid {spark_balancer.pid}); the planner agent leaves the "
-              f"balancing stages to it", flush=True)
+        supervisor = BalancerSupervisor(command).start()
+        assert supervisor.proc is not None
+        print(f"segcoord run: Spark balancer started (pid {supervisor.proc.pid}); the planner agent leaves the "
+              f"balancing stages to it while it runs (restarted with backoff when its query dies)", flush=True)
     try:
         return run_service(address, tps, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
                            balancing=args.balancer == "planner", incremental=args.planner == "incremental",
-                           http=http, balancer_alive=None if spark_balancer is None
-                           else (lambda: spark_balancer.poll() is None), worker_id=args.worker_id)
+                           http=http, server_timeout_ms=args.server_timeout_millis, applied_window=window,
+                           balancer=supervisor, period_ms=max(1, round(args.coordinator_period * 1000)),
+                           worker_id=args.worker_id)
     except DuplicateWorkerError as e:
         raise CliError(f"--worker-id: {e}") from None
     except ValueError as e:
@@ -73,19 +86,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise
         raise CliError(f"--http {args.http}: {e.strerror or e}") from None
     finally:
-        if spark_balancer is not None:
-            _stop_child(spark_balancer)
-
-
-def _stop_child(child: subprocess.Popen[bytes]) -> None:
-    """SIGTERM a child process, then SIGKILL it if it has not ended within 30 s."""
-    if child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(30)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(10)
+        if supervisor is not None:
+            supervisor.stop()
 
 
 def register(sub: Any) -> None:
@@ -105,6 +107,18 @@ def register(sub: Any) -> None:
                           "coordinator port is 8081: 127.0.0.1:8081)")
     run.add_argument("--plan-every", type=float, default=5.0, metavar="SECONDS",
                      help="the planner's timer period; it also plans at once on every relevant event (default 5)")
+    run.add_argument("--server-timeout-millis", type=int, default=DEFAULT_SERVER_TIMEOUT_MS, metavar="MS",
+                     help=f"a historical not heard of (heartbeat, announce) for this long is decided lost: "
+                          f"server_lost on cluster, its segments unannounced (default {DEFAULT_SERVER_TIMEOUT_MS})")
+    run.add_argument("--dedupe-window-ids", type=int, default=AppliedWindow().max_ids, metavar="N",
+                     help="each agent remembers the ids of at most this many applied input events to drop "
+                          f"duplicates (default {AppliedWindow().max_ids:,}; see docs/liveness.md)")
+    run.add_argument("--dedupe-window-ms", type=int, default=AppliedWindow().max_age_ms, metavar="MS",
+                     help="... and only those written to the log within this long of the newest "
+                          f"(default {AppliedWindow().max_age_ms} = 7 days)")
+    run.add_argument("--coordinator-period", type=float, default=60.0, metavar="SECONDS",
+                     help="druid.coordinator.period: the planner balances once per period (and after server, rule "
+                          "or config changes), in slices between events (default 60)")
     run.add_argument("--planner", choices=("incremental", "full"), default="incremental",
                      help="incremental (default): an event plans the segments it touched, a timer run balances and "
                           "looks at everything every 15 min; full: every run looks at every segment (the reference)")

@@ -202,8 +202,9 @@ class Demo:
         lost = sorted(self.watch.fold.servers["hot-2"].segments)
         self.procs.children["hot-2"].kill()
         self.display.dead.add("hot-2")
-        note = ("historical liveness is not built yet: the demo writes server_left for hot-2 as an operator "
-                "would, and the coordinator re-replicates what it held")
+        note = ("the coordinator would decide server_lost after serverTimeoutMillis (30 s) of silence; the demo "
+                "writes server_left for hot-2 at once, as an operator would, and the coordinator re-replicates "
+                "what it held")
         self.notes.append(note)
         self.display.say(f"           {note}")
         self.operator.server_left("hot-2", "hot", MAX_SIZE_BYTES)

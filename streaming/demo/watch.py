@@ -31,7 +31,14 @@ import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from coordinator.balancer.cost import CostModel, costs
-from events.cluster import SegmentLoadRefused, ServerDecommissioned, ServerJoined, ServerLeft, ServerRecommissioned
+from events.cluster import (
+    SegmentLoadRefused,
+    ServerDecommissioned,
+    ServerJoined,
+    ServerLeft,
+    ServerLost,
+    ServerRecommissioned,
+)
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.envelope import decode
 from events.interval import Interval
@@ -139,7 +146,7 @@ class Watch:
                 self.visible_latency.append(max(0.0, at - self.first_announce[event.segment_id]))
         elif isinstance(event, ServerDecommissioned):
             self.decommissioning.add(event.server)
-        elif isinstance(event, ServerRecommissioned | ServerLeft | ServerJoined):
+        elif isinstance(event, ServerRecommissioned | ServerLeft | ServerLost | ServerJoined):
             self.decommissioning.discard(event.server)
         if record.topic == COMMANDS and isinstance(event, LoadSegment | DropSegment):
             if env.event_id not in self.answered:

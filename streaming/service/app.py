@@ -17,11 +17,12 @@ offset committed in Kafka). A seek made from the public hooks
 (``app.on_partitions_assigned``, ``on_rebalance_complete``) is therefore
 overwritten whenever the group has a committed offset (checked on the real
 broker: a seek to 5 in the signal, a committed 15, the agent got 15, 16, 17).
-So :func:`_position_from_store` replaces the consumer's ``seek_to_committed``
-(the one method ``perform_seek`` asks) with a seek to the offsets in RocksDB of
-the agent owning each assigned topic, or to the beginning of partitions never
-applied. That is the only Faust
-internal touched. Faust's own Kafka offset commits still happen but are never
+So :func:`~streaming.service.faust_patches.position_from_store` replaces the consumer's
+``seek_to_committed`` (the one method ``perform_seek`` asks) with a seek to the offsets in
+RocksDB of the agent owning each assigned topic, or to the beginning of partitions never
+applied. Every Faust / aiokafka internal the service touches is patched in
+:mod:`streaming.service.faust_patches`, which checks the pinned versions on import.
+Faust's own Kafka offset commits still happen but are never
 read: RocksDB holds the offsets that count (one write batch with the state).
 
 Other settings and why: no tables (``memory://`` store, no changelogs; Faust's
@@ -29,21 +30,24 @@ table changelog writes data and offset separately); ``topic_disable_leader``
 (no ``__assignor-__leader`` topic); ``consumer_group_instance_id`` (static
 membership: a worker killed with SIGKILL and restarted takes its partitions back
 at once instead of waiting for the dead member's session to expire); no web
-server. The agent body takes batches (``take_events``) so one flush and one
-write batch cover many records. If the agent raises, the process exits with
+server. Records reach the agents as whole fetched batches, not through Faust
+streams: :mod:`streaming.service.delivery` replaces the consumer's per-message
+drain loop (the second Faust internal touched), so one flush and one write batch
+cover up to ``broker_max_poll_records`` (``BATCH_MAX``) records and each record is
+decoded once for every agent reading it. If an agent raises, the process exits with
 status 70 at once: the store is at its last whole batch, and a restart resumes
 from there (docs/architecture.md: a crash at any point then restart equals full replay).
-A broker outage is not a failure: the agents' producers wait it out and a stop
-signal during it exits 0 (:mod:`streaming.service.outage`).
 
 Dependency: the project's producers compress with lz4, and aiokafka (Faust's
 client) decodes lz4 only with ``cramjam`` installed (``aiokafka[lz4]``);
 without it the fetcher crashes on the first batch.
+
+A broker outage is not a failure: the agents' producers wait it out and a stop
+signal during it exits 0 (:mod:`streaming.service.outage`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -57,25 +61,31 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, Topics
+from coordinator.planner.balancing import DEFAULT_PERIOD_MS
+from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, TIMELINE, Topics
+from streaming import credentials
+from streaming.service import delivery, faust_patches
 from streaming.service import lockbox_agent as lockbox_mod
 from streaming.service import planner_agent as planner_mod
 from streaming.service import timeline_agent as timeline_mod
+from streaming.service import upsert_agent as upsert_mod
+from streaming.service.delivery import BatchDelivery, Route
+from streaming.service.faust_patches import position_from_store as _position_from_store
+from streaming.service.faust_patches import short_fetch_wait as _short_fetch_wait
 from streaming.service.heap import FrozenHeap
-from streaming.service.intake import InputRecord
 from streaming.service.lockbox_agent import LockboxAgent
 from streaming.service.outage import PatientProducer, Shutdown, until_reachable
 from streaming.service.planner_agent import PlannerAgent
-from streaming.service.state import AgentStateStore
+from streaming.service.state import AgentStateStore, AppliedWindow
 from streaming.service.timeline_agent import TimelineAgent
+from streaming.service.upsert_agent import UpsertAgent
 from streaming.service.worker_identity import WorkerIdentity
 
 log = logging.getLogger("segcoord.service")
 
-BATCH_MAX = 1000
-BATCH_WITHIN_S = 0.01
-FETCH_MAX_WAIT_MS = 10
-EXIT_AGENT_FAILED = 70
+BATCH_MAX = 2000  # records per fetched batch (broker_max_poll_records); bench.service: 1000 -> 2000 +5-20%, 5000 same
+FETCH_MAX_WAIT_MS = faust_patches.FETCH_MAX_WAIT_MS  # kept here for the readers that import it
+EXIT_AGENT_FAILED = delivery.EXIT_AGENT_FAILED
 PLAN_EVERY_S = 5.0
 SHUTDOWN = Shutdown()  # one worker per process: its stores, closed by a stop (streaming.service.outage)
 
@@ -83,7 +93,7 @@ SHUTDOWN = Shutdown()  # one worker per process: its stores, closed by a stop (s
 StoredOffsets = Callable[[], dict[tuple[str, int], int]]
 
 
-Agent = TimelineAgent | LockboxAgent | PlannerAgent
+Agent = TimelineAgent | LockboxAgent | PlannerAgent | UpsertAgent
 
 
 class Observe(Protocol):
@@ -99,12 +109,14 @@ class Observe(Protocol):
 def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: LockboxAgent,
               planner: PlannerAgent | None = None, plan_every_s: float = PLAN_EVERY_S,
               heap: FrozenHeap | None = None, observe: Observe | None = None,
-              me: WorkerIdentity | None = None, planner_pool: ThreadPoolExecutor | None = None) -> Any:
+              upserts: UpsertAgent | None = None, me: WorkerIdentity | None = None,
+              planner_pool: ThreadPoolExecutor | None = None) -> Any:
     """A Faust app with the timeline agent over the worker's partitions of ``segments``, the lockbox agent over
-    its partitions of ``lock-requests`` and (when given) the planner over ``segments``, ``cluster`` and
-    ``commands`` plus its timer (``segcoord run`` feeds the planner on the elected worker instead:
-    :mod:`streaming.service.planner_feed`); ``observe`` gets each agent's batches (metrics, logs, the HTTP
-    API). ``me`` names the worker in the group (default: this host)."""
+    its partitions of ``lock-requests``, (when given) the upsert agent over ``cluster``, ``segments`` and
+    ``timeline``, and (when given) the planner over ``segments``, ``cluster`` and ``commands`` plus its timer
+    (``segcoord run`` feeds the planner on the elected worker instead: :mod:`streaming.service.planner_feed`);
+    ``observe`` gets each agent's batches (metrics, logs, the HTTP API). ``me`` names the worker in the group
+    (default: this host)."""
     import faust
 
     app_id = f"{topics.prefix}coordinator"
@@ -112,6 +124,7 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     app = faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
+        broker_credentials=credentials.faust_credentials(bootstrap),
         store="memory://",
         autodiscover=False,
         web_enabled=False,
@@ -121,7 +134,7 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
-        stream_buffer_maxsize=4 * BATCH_MAX,
+        broker_max_poll_records=BATCH_MAX,
     )
     agents: list[tuple[str, tuple[str, ...], Agent]] = [
         ("timeline", (topics.name(SEGMENTS),), timeline),
@@ -129,18 +142,25 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     ]
     if planner is not None:
         agents.append(("planner", tuple(topics.name(t) for t in (SEGMENTS, CLUSTER, COMMANDS)), planner))
+    if upserts is not None:  # upsert tables (docs/upserts.md): versions from visibility, strategies, cleanup
+        agents.append(("upserts", tuple(topics.name(t) for t in (CLUSTER, SEGMENTS, TIMELINE)), upserts))
+        app.timer(plan_every_s, name=f"{app_id}.upserts-timer")(_upsert_timer(upserts))
     stored: dict[str, list[StoredOffsets]] = {}
     # the planner's runs are O(cluster): they go to one thread of their own, so the timeline and lockbox
     # agents keep their batches flowing on the event loop while a plan runs (and runs and ticks stay serial)
     planner_thread = planner_pool or ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner")
+    routes = []
     for name, topic_names, agent in agents:
-        topic = app.topic(*topic_names, key_serializer="raw", value_serializer="raw")
-        pool = planner_thread if agent is planner else None
-        app.agent(topic, name=f"{app_id}.{name}")(_agent_body(name, agent, heap, pool, observe, app))
+        app.topics.add(app.topic(*topic_names, key_serializer="raw", value_serializer="raw"))
+        routes.append(Route(name, frozenset(topic_names), agent, planner_thread if agent is planner else None))
         for topic_name in topic_names:
             stored.setdefault(topic_name, []).append(agent.next_offsets)
+    batches = BatchDelivery(routes, heap, observe, lambda positions: _lag(app, positions),
+                            exit_code=SHUTDOWN.exit_code)
+    delivery.install(app, batches)
     if planner is not None:
-        app.timer(plan_every_s, name=f"{app_id}.planner-timer")(_planner_timer(planner, planner_thread, observe))
+        timer = _planner_timer(planner, planner_thread, observe, plan_every_s, lambda: batches.last_size)
+        app.timer(plan_every_s, name=f"{app_id}.planner-timer")(timer)
     elif observe is not None:
         async def observe_timer() -> None:
             await observe.tick()
@@ -153,37 +173,25 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     return app
 
 
-def _short_fetch_wait(app: Any) -> None:
-    """Make the worker's fetches return within ``FETCH_MAX_WAIT_MS`` when no data is there, not Faust's 1.5 s.
-
-    aiokafka leaves a partition out of the next fetch while records of it are still buffered, and Faust
-    builds its consumer with a hard-coded ``fetch_max_wait_ms=1500``: a record arriving on such a partition
-    then waits for the in-flight long poll of the other partitions, up to 1.5 s (measured: p50 0.6 s,
-    p99 1.7 s from produce to visibility). Faust has no setting for it, so the one factory method that
-    builds the aiokafka consumer is wrapped on this app's consumer thread."""
-    thread = app.consumer._thread
-    build = thread._create_worker_consumer
-
-    def build_with_short_wait(transport: Any) -> Any:
-        consumer = build(transport)
-        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
-        return consumer
-
-    thread._create_worker_consumer = build_with_short_wait
-
-
-def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor,
-                   observe: Observe | None = None) -> Callable[[], Any]:
+def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor, observe: Observe | None = None,
+                   plan_every_s: float = PLAN_EVERY_S,
+                   last_fetched: Callable[[], int] = lambda: 0) -> Callable[[], Any]:
     """The planner's timer run; skipped until the agent has applied a batch in this process and while its last
-    batch was full (catching up: a run on a stale view could repeat commands the unread log already holds)."""
+    batch, or the worker's last fetched batch, was full (catching up: a run on a stale view could repeat commands
+    the unread log already holds)."""
 
     async def planner_timer() -> None:
         if observe is not None:
             await observe.tick()
-        if planner.batches_since_start == 0 or planner.last_batch_size >= BATCH_MAX:
+        if planner.batches_since_start == 0 or max(planner.last_batch_size, last_fetched()) >= BATCH_MAX:
             return
         try:
-            await asyncio.get_running_loop().run_in_executor(pool, planner.tick, int(time.time() * 1000))
+            await delivery.off_loop(pool, planner.tick, int(time.time() * 1000))
+            # a balancing run goes on in slices, one executor job each: the agent's batches queue between them
+            until = time.monotonic() + plan_every_s
+            while (planner.balancing_in_progress and time.monotonic() < until
+                   and max(planner.last_batch_size, last_fetched()) < BATCH_MAX):
+                await delivery.off_loop(pool, planner.balance_slice, int(time.time() * 1000))
         except Exception:
             log.exception("planner timer run failed; exiting so a restart resumes from the store")
             logging.shutdown()
@@ -192,48 +200,31 @@ def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor,
     return planner_timer
 
 
-def _agent_body(name: str, agent: Agent, heap: FrozenHeap | None = None,
-                pool: ThreadPoolExecutor | None = None, observe: Observe | None = None,
-                app: Any = None) -> Callable[[Any], Any]:
-    """The Faust agent coroutine: batches of records into ``agent.process`` (on ``pool`` when given, awaited:
-    one batch at a time either way); any failure exits the process."""
-    positions: dict[Any, int] = {}  # TP -> next offset this agent will read
+def _upsert_timer(agent: UpsertAgent) -> Callable[[], Any]:
+    """The upsert agent's timer run (cleanup after the grace period, scheduled consolidations), skipped like the
+    planner's until a batch was applied in this process and while catching up."""
 
-    async def body(stream: Any) -> None:
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            records = [
-                InputRecord(m.topic, m.partition, m.offset, m.key, m.value, round((m.timestamp or 0) * 1000))
-                for m in (e.message for e in events)
-            ]
-            began = time.perf_counter()
-            try:
-                if pool is None:
-                    agent.process(records)
-                else:
-                    await asyncio.get_running_loop().run_in_executor(pool, agent.process, records)
-                if heap is not None:
-                    heap.after_batch()
-                if observe is not None:
-                    for e in events:
-                        positions[e.message.tp] = e.message.offset + 1
-                    observe.batch(name, len(records), time.perf_counter() - began, _lag(app, positions))
-            except Exception:
-                log.exception("%s agent failed; exiting so a restart resumes from the store", name)
-                logging.shutdown()
-                os._exit(SHUTDOWN.exit_code(EXIT_AGENT_FAILED))
-
-    body.__name__ = name
-    return body
-
-
-def _lag(app: Any, positions: dict[Any, int]) -> int | None:
-    """Records behind the high watermarks of the partitions an agent has read (None when unknown)."""
-    if app is None:
-        return None
-    total = 0
-    for tp, position in positions.items():
+    async def upsert_timer() -> None:
+        if agent.batches_since_start == 0 or agent.last_batch_size >= BATCH_MAX:
+            return
         try:
-            high = app.consumer.highwater(tp)
+            agent.tick(int(time.time() * 1000))
+        except Exception:
+            log.exception("upsert timer run failed; exiting so a restart resumes from the store")
+            logging.shutdown()
+            os._exit(SHUTDOWN.exit_code(EXIT_AGENT_FAILED))
+
+    return upsert_timer
+
+
+def _lag(app: Any, positions: dict[tuple[str, int], int]) -> int | None:
+    """Records behind the high watermarks of the partitions an agent has read (None when unknown)."""
+    from faust.types import TP
+
+    total = 0
+    for (topic, partition), position in positions.items():
+        try:
+            high = app.consumer.highwater(TP(topic, partition))
         except Exception:
             return None
         if high is not None:
@@ -241,37 +232,11 @@ def _lag(app: Any, positions: dict[Any, int]) -> int | None:
     return total
 
 
-def _position_from_store(app: Any, stored: dict[str, list[StoredOffsets]]) -> None:
-    """Make Faust's post-assignment seek go to the stored offsets (or the beginning), not Kafka's commits.
-
-    ``stored`` maps each input topic to the stored next offsets of every agent reading it; a partition is
-    positioned at the lowest of them (the beginning when any agent never applied it)."""
-    consumer = app.consumer
-
-    async def seek_to_stored() -> dict[Any, int]:
-        offsets = {topic: [read() for read in readers] for topic, readers in stored.items()}
-        positions: dict[Any, int] = {}
-        for tp in sorted(consumer.assignment()):
-            if tp.topic not in offsets:
-                continue
-            known = [agent_offsets.get((tp.topic, tp.partition)) for agent_offsets in offsets[tp.topic]]
-            offset = None if any(o is None for o in known) else min(o for o in known if o is not None)
-            if offset is None:
-                offset = (await consumer.earliest_offsets(tp))[tp]
-            await consumer._seek(tp, offset)
-            positions[tp] = offset
-        log.info("positioned from the state stores: %s", positions)
-        return positions
-
-    consumer.seek_to_committed = seek_to_stored
-
-
 def _resume_text(offsets: dict[tuple[str, int], int]) -> str:
     return ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(offsets.items())) or "the beginning"
 
 
 SHUTDOWN_GRACE_S = 10.0
-PLANNER_GIL_SLICE_S = 0.0005
 
 
 def _worker_class(base: Any) -> Any:
@@ -308,10 +273,10 @@ _grace_started = threading.Event()
 
 def _exit_after_grace(signal_name: str) -> None:
     """Exit ``SHUTDOWN_GRACE_S`` after the first stop signal (later calls change nothing)."""
-    SHUTDOWN.request(signal_name)
     if _grace_started.is_set():
         return
     _grace_started.set()
+    SHUTDOWN.request(signal_name)
 
     def force() -> None:
         SHUTDOWN.now(f"the orderly shutdown did not end within {SHUTDOWN_GRACE_S:g}s (broker unreachable?)")
@@ -324,12 +289,16 @@ def _exit_after_grace(signal_name: str) -> None:
 def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: str = "info",
                 plan_every_s: float = PLAN_EVERY_S, balancing: bool = True, incremental: bool = True,
                 http: tuple[str, int] | None = None, balancer_alive: Callable[[], bool] | None = None,
-                worker_id: str | None = None) -> int:
+                server_timeout_ms: int = planner_mod.DEFAULT_SERVER_TIMEOUT_MS,
+                applied_window: AppliedWindow | None = None, balancer: Any = None,
+                period_ms: int = DEFAULT_PERIOD_MS, worker_id: str | None = None) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
-    (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`).
-    Several workers (same topics, own state folders) split the partitions; the planner runs on the one
-    elected (:mod:`streaming.service.election`). Raises :class:`DuplicateWorkerError` when a live worker
-    has this one's identity (``worker_id``, else derived from ``state_dir``)."""
+    (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`). With
+    ``balancer`` (a :class:`~streaming.balancer.supervisor.BalancerSupervisor`) its health is reported and, when
+    it gives up, the planner agent balances again. Several workers (same topics, own state folders) split the
+    partitions; the planner runs on the one elected (:mod:`streaming.service.election`). Raises
+    :class:`~streaming.service.worker_identity.DuplicateWorkerError` when a live worker has this one's identity
+    (``worker_id``, else derived from ``state_dir``)."""
     import faust
 
     from streaming.logs import LIBRDKAFKA_LOGGER
@@ -356,18 +325,22 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         if sock is not None:
             stack.callback(sock.close)
         tl_store = stack.enter_context(AgentStateStore(state_dir / timeline_mod.STORE_NAME,
-                                                       timeline_mod.FORMAT_VERSION))
+                                                       timeline_mod.FORMAT_VERSION, applied_window))
         lb_store = stack.enter_context(AgentStateStore(state_dir / lockbox_mod.STORE_NAME,
-                                                       lockbox_mod.FORMAT_VERSION))
+                                                       lockbox_mod.FORMAT_VERSION, applied_window))
         pl_store = stack.enter_context(AgentStateStore(state_dir / planner_mod.STORE_NAME,
-                                                       planner_mod.FORMAT_VERSION))
-        for store in (tl_store, lb_store, pl_store):
+                                                       planner_mod.FORMAT_VERSION, applied_window))
+        up_store = stack.enter_context(AgentStateStore(state_dir / upsert_mod.STORE_NAME,
+                                                       upsert_mod.FORMAT_VERSION, applied_window))
+        for store in (tl_store, lb_store, pl_store, up_store):
             SHUTDOWN.hold(store)
         # librdkafka's log lines through Python logging, so broker outages are summarized (streaming.logs)
         kafka_log = {"logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
         tl_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="timeline")
         lb_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="lockbox")
         pl_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="planner")
+        up_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="upsert")
+        stack.callback(up_producer.flush)
         stack.callback(sys.stdout.flush)
         stack.callback(pl_producer.flush)
         stack.callback(lb_producer.flush)
@@ -380,7 +353,8 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         print(f"lockbox agent: {lockbox.counters_restored} requests restored, resuming from "
               f"{_resume_text(lockbox.next_offsets())}"
               f"{' (store wiped: older format)' if lb_store.wiped else ''}", flush=True)
-        planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental)
+        planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental,
+                               server_timeout_ms=server_timeout_ms, period_ms=period_ms)
         print(f"planner agent: {len(planner.state.servers)} servers, {len(planner.state.used)} used segments, "
               f"{len(planner.state.queue)} commands in flight restored; resuming from "
               f"{_resume_text(planner.next_offsets())}"
@@ -388,13 +362,20 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
               f"{'' if balancing else ', balancing left to the Spark balancer'}"
               f"{'' if incremental else ', full runs only'}",
               flush=True)
-        sys.setswitchinterval(PLANNER_GIL_SLICE_S)
+        upserts = UpsertAgent(up_store, topics, up_producer)
+        print(f"upsert agent: {len(upserts.state.tables)} tables, {len(upserts.state.held)} segments restored; "
+              f"resuming from {_resume_text(upserts.next_offsets())}"
+              f"{' (store wiped: older format)' if up_store.wiped else ''}", flush=True)
+        if balancer is not None:
+            balancer_alive = balancer.health
+            balancer.on_give_up = lambda: setattr(planner, "balancing", True)
         heap = FrozenHeap()
         heap.start()  # the restored state is frozen out of the collector's scans
         observer = Observer(bootstrap, topics, planner, loglevel, sock, balancer_alive, lambda: timeline.timelines)
         stack.callback(observer.close)
         planner_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner")
-        app = build_app(bootstrap, topics, timeline, lockbox, None, plan_every_s, heap, observer, me, planner_pool)
+        app = build_app(bootstrap, topics, timeline, lockbox, None, plan_every_s, heap, observer,
+                        upserts=upserts, me=me, planner_pool=planner_pool)
         print(f"worker {me.worker_id}: group instance {me.instance_id(app.conf.id)}; the planner runs on the "
               f"worker elected through {election_topic(topics)}", flush=True)
         feed = PlannerFeed(bootstrap, planner, pl_producer, planner_pool, SHUTDOWN, worker_id=me.worker_id,

@@ -6,6 +6,13 @@ offset (in memory and in the batch being built), whatever becomes of it. An
 undecodable record, or an event that belongs on another topic, goes to the
 agent's ``reject`` (dead letter) with the reason. :func:`seen` tells an event
 already applied (in this batch or a committed one) by its id.
+
+**Decoded once.** A record is decoded at most once, whatever number of agents
+read it (``segments`` has two): :meth:`InputRecord.decoded` keeps the envelope
+or the validation error on the record, and the worker hands the same record
+objects to every agent of the topic. Envelopes are immutable, so sharing one
+between agents is safe; two threads racing on a first decode both compute the
+same result.
 """
 
 from __future__ import annotations
@@ -32,6 +39,20 @@ class InputRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int = 0
+    _decoded: Envelope[Event] | EventValidationError | None = field(default=None, compare=False, repr=False)
+
+    def decoded(self) -> Envelope[Event]:
+        """The record's envelope, decoded on the first call only; raises EventValidationError (every call)."""
+        got = self._decoded
+        if got is None:
+            try:
+                got = decode(self.value)
+            except EventValidationError as e:
+                got = e
+            object.__setattr__(self, "_decoded", got)
+        if isinstance(got, EventValidationError):
+            raise got
+        return got
 
 
 class Sink(Protocol):
@@ -68,7 +89,7 @@ def admit(rec: InputRecord, expected_topic: str, next_offsets: dict[tuple[str, i
     next_offsets[tp] = rec.offset + 1
     batch.set_offset(rec.topic, rec.partition, rec.offset + 1)
     try:
-        env = decode(rec.value)
+        env = rec.decoded()
         if env.event.event_topic != expected_topic:
             raise EventValidationError("event_type", env.event_type,
                                        f"belongs on topic {env.event.event_topic!r}, not {expected_topic!r}")

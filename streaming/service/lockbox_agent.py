@@ -181,7 +181,7 @@ class LockboxAgent:
                 continue
             assert rec.value is not None  # decode refused tombstones
             applied_now.append(rec.value)
-            batch.mark_applied(env.event_id)
+            batch.mark_applied(env.event_id, rec.timestamp_ms)
             batch.put(_seq_key(ORDER_PREFIX, self._seq + len(applied_now) - 1), env.event_id.encode())
             c.applied += 1
             self._emit(rec, env, decisions)

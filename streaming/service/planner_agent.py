@@ -7,9 +7,10 @@ the same time).
 
 **The view** (what :func:`coordinator.planner.planner.plan` needs), folded from the log:
 
-- servers from ``ServerJoined`` (tier, max size), ``ServerLeft`` (out of the
-  view; what it announced is kept, as the timeline keeps it, so a server that
-  comes back holds it again), ``ServerDecommissioned`` / ``ServerRecommissioned``;
+- servers from ``ServerJoined`` (tier, max size), ``ServerLeft`` and ``ServerLost`` (out of
+  the view at once, so the plan re-replicates what it held), ``ServerDecommissioned`` /
+  ``ServerRecommissioned``, and when each was last heard of (``ServerHeartbeat`` and the
+  server's own events);
 - loaded segments from ``SegmentAnnounced`` / ``SegmentUnannounced``;
 - used segments from ``SegmentsPublished`` minus ``SegmentsMarkedUnused``;
 - rules per data source from ``RulesSet`` (a fresh cluster has Druid's default,
@@ -49,6 +50,16 @@ balances once per coordinator period. With ``balancing=False`` (the Spark
 balancer makes the moves) it never balances. Per-server cost caches stay alive
 across runs in a :class:`~coordinator.planner.cost_shelf.CostCacheShelf`
 (reconciled to each run's placement; the plans are those of fresh caches).
+
+**Liveness** (:mod:`coordinator.placement.liveness`, docs/liveness.md). Folding a
+``ServerLeft`` or ``ServerLost`` emits a ``SegmentUnannounced`` (reason: the departure) of
+every segment the fold still shows the server holding, in the same batch (folded at once and
+marked applied, so reading it back changes nothing), so the timeline,
+the feed, the queryable view and replay unannounce them too. A timer run first decides
+``ServerLost`` for every joined server silent for more than ``server_timeout_ms`` (event
+time of its last heartbeat against the shell's clock), but only once the agent itself has
+run that long (before, it may not have read the heartbeats yet); the decision is not folded
+until read back from ``cluster``, like any other server event.
 
 **Commands.** ``load`` / ``move`` -> a ``LoadSegment`` (a move's also a
 ``DropSegment`` on the source sharing the ``moveId``), ``drop`` -> a
@@ -113,10 +124,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.placement import codec
+from coordinator.placement.liveness import DEFAULT_SERVER_TIMEOUT_MS, server_lost, silent_servers, unannounce_departed
 from coordinator.placement.projected import command_id
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS
 from coordinator.placement.state import PlacementState, Touched
+from coordinator.planner.balancing import DEFAULT_PERIOD_MS, DEFAULT_SLICE_DRAWS, BalancingRun
 from coordinator.planner.planner import FULL_RUN_EVERY_MS, Plan, PlanCommand, plan_state
+from events.cluster import ServerLeft, ServerLost
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.envelope import Envelope
 from events.ids import derived_event_id
@@ -127,7 +141,7 @@ from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
 from streaming.service.state import AgentStateStore, StoreBatch
 
-FORMAT_VERSION = "planner-agent/2"  # entries of coordinator.placement.codec (v1 kept its own fold's keys)
+FORMAT_VERSION = "planner-agent/3"  # entries of coordinator.placement.codec (v3: + "heard"; v1 kept its own keys)
 STORE_NAME = "planner"
 FAULT_ENV = "SEGCOORD_PLANNER_FAULT"  # crash tests only: see _fault_point
 __all__ = ["FORMAT_VERSION", "STORE_NAME", "PlannerAgent", "command_id", "load_state"]
@@ -158,9 +172,17 @@ class PlannerAgent:
 
     def __init__(self, store: AgentStateStore, topics: Topics, sink: Sink,
                  load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS, *, balancing: bool = True,
-                 incremental: bool = True) -> None:
+                 incremental: bool = True, server_timeout_ms: int = DEFAULT_SERVER_TIMEOUT_MS,
+                 period_ms: int = DEFAULT_PERIOD_MS, slice_draws: int = DEFAULT_SLICE_DRAWS) -> None:
+        if period_ms < 1 or slice_draws < 1:
+            raise ValueError(f"period_ms and slice_draws: at least 1, got {period_ms} and {slice_draws}")
         self.store = store
+        self.server_timeout_ms = server_timeout_ms
+        self._first_tick: int | None = None  # the shell's clock at the first timer run of this process
+        self._lost_sent: dict[str, int] = {}  # server -> last heard, of the ServerLost sent and not read back yet
         self.balancing = balancing  # False: the Spark balancer makes the moves (stages 7, 10, 11 skipped)
+        self.period_ms = period_ms  # druid.coordinator.period: one balancing run per period (event/timer time)
+        self.slice_draws = slice_draws  # candidates one balancing slice may draw
         self.incremental = incremental  # False: every run looks at every segment (the reference)
         self.topics = topics
         self.input_topics = (topics.name(SEGMENTS), topics.name(CLUSTER), topics.name(COMMANDS))
@@ -169,6 +191,16 @@ class PlannerAgent:
         self.counters = AgentCounters()
         self.state, meta = _load(store, load_timeout_ms)
         self.runs: int = meta.get("runs", 0)
+        self.balanced_at: int | None = meta.get("balancedAt")  # when the last balancing run began
+        self.balancing_runs: int = meta.get("balancingRuns", 0)  # balancing runs begun (their seeds' run numbers)
+        self.balance_requested: bool = meta.get("balanceRequested", False)  # a server, rule or config change
+        self.balancing_run: BalancingRun | None = None  # the run in progress (slices left)
+        resumed = meta.get("balancingRun")
+        if resumed is not None and balancing and self.state.start is not None:
+            # resumed under its run number: the same seeded draws, the moves already made count against its budget
+            self.balancing_run = BalancingRun(self.state, now=resumed["started"], run=resumed["run"],
+                                              start=self.state.start)
+            self.balancing_run.moves.update(resumed["moved"])
         self.last_full_run: int | None = None  # event time of the last full run in this process (None: none yet)
         self.deferred: set[SegmentId] = set()  # segments the last runs left short: in every next run's scope
         self._next = store.offsets()
@@ -206,16 +238,27 @@ class PlannerAgent:
                 self._bad(rec, f"{env.event_type} {env.event_id}: {e}")
                 continue
             c.applied += 1
+            if isinstance(env.event, ServerLeft | ServerLost):
+                self._lost_sent.pop(env.event.server, None)
+                for unannounce in unannounce_departed(self.state, env):  # type: ignore[arg-type]
+                    self.sink.send(unannounce)  # folded at once, as the commands it decides; read back: a duplicate
+                    touched.merge(self.state.evolve(unannounce))
+                    batch.mark_applied(unannounce.event_id)
+                    c.emitted += 1
             if logical == COMMANDS:
                 continue  # the log's copy of a command: folded, never a trigger (it was planned already)
-            batch.mark_applied(env.event_id)
+            batch.mark_applied(env.event_id, rec.timestamp_ms)
             touched.merge(t)
             if t.trigger:
                 trigger = (("planner:" + rec.topic, rec.partition, rec.offset), env.event_id)
                 causes.update(dict.fromkeys(t.segments, env.event_id))
         emitted = 0
+        if touched.cluster and self.balancing:
+            self.balance_requested = True  # balance again now, from the new cluster (the run in progress is stale)
         if trigger is not None and self._may_decide() and not (touched.answered_own and not self.deferred):
             emitted = self._plan_and_emit(self.state.last_event_at, touched, *trigger, causes)
+        if self.balance_requested:  # the batch's own plan went out first; the balancing run's first slice follows
+            emitted += self._balance_slice(self.state.last_event_at, start=True)
         self.sink.flush()
         if emitted:
             _fault_point(self._next)
@@ -233,6 +276,7 @@ class PlannerAgent:
         if st.start is None:
             return 0  # nothing ever happened
         now = max(wall_ms, st.last_event_at)
+        self.decide_lost(wall_ms, now)
         expired = st.expire(now)
         if not self._may_decide():  # nothing can be decided: keep what timed out
             if st.dirty:
@@ -240,21 +284,92 @@ class PlannerAgent:
             return 0
         full = not self.incremental or self.last_full_run is None or now - self.last_full_run >= FULL_RUN_EVERY_MS
         scope = None if full else expired.segments | self.deferred
-        result = self._run(now, scope, balance=self.balancing, mark=True)
+        result = self._run(now, scope, balance=False, mark=True)
         if not result.commands and not result.mark_unused:
-            if st.dirty:  # timed-out commands settled (a move's drop half touches no segment's projection)
+            emitted = self._balance_slice(now, start=True)
+            if emitted:
+                self.sink.flush()
+                _fault_point(self._next, self.runs)
+            if emitted or st.dirty:  # or timed-out commands settled (a move's drop half touches no projection)
                 self._commit(self.store.batch())
-            return 0
+            return emitted
         pre = self.store.batch()  # the run number first: its ids are never reused for other content
         pre.put(_key("meta", ""), codec.value(st, "meta", "", self._meta()) or b"")
         self.store.commit(pre)
         emitted = self._emit(result, now, ("planner:timer:" + self.timer_salt + self.topics.name(COMMANDS), 0,
                                            self.runs), None)
+        emitted += self._balance_slice(now, start=True)
         self.sink.flush()
         if emitted:
             _fault_point(self._next, self.runs)
         self._commit(self.store.batch())
         return emitted
+
+    def decide_lost(self, wall_ms: int, now: int) -> int:
+        """Send (and flush) a ``ServerLost`` for every server silent longer than ``server_timeout_ms`` at ``now``,
+        once per silence; nothing before this process has run for ``server_timeout_ms`` by ``wall_ms``."""
+        if self._first_tick is None:
+            self._first_tick = wall_ms
+        if wall_ms - self._first_tick < self.server_timeout_ms:
+            return 0
+        sent = 0
+        for name, heard in silent_servers(self.state, now, self.server_timeout_ms):
+            if self._lost_sent.get(name) == heard:
+                continue  # decided, not read back yet
+            self.sink.send(server_lost(self.state, name, now, self.server_timeout_ms))
+            self._lost_sent[name] = heard
+            sent += 1
+        if sent:
+            self.sink.flush()
+            self.counters.emitted += sent
+        return sent
+
+    @property
+    def balancing_in_progress(self) -> bool:
+        """Whether a balancing run has slices left (the shell keeps calling :meth:`balance_slice` meanwhile)."""
+        return self.balancing_run is not None
+
+    def balance_slice(self, wall_ms: int) -> int:
+        """One slice of the balancing run in progress, at the shell's clock (never earlier than the latest event
+        time): at most ``slice_draws`` candidates, its moves emitted, flushed and committed with the run's
+        progress. Returns the events emitted (0 with no run in progress). Between two slices the shell feeds
+        batches to :meth:`process`, which plans them first: a publish never waits for a whole balancing run."""
+        if self.balancing_run is None:
+            return 0
+        emitted = self._balance_slice(max(wall_ms, self.state.last_event_at), start=False)
+        self.sink.flush()
+        if emitted:
+            _fault_point(self._next, -self.balancing_runs)  # salted apart from the timer runs' kill points
+        self._commit(self.store.batch())
+        return emitted
+
+    def _balance_slice(self, now: int, *, start: bool) -> int:
+        """Start a balancing run when one is due (``start``: a server, rule or config change asked for one, or a
+        period passed since the last began; a stale run in progress is replaced), then take one slice of the run
+        in progress. Balancing runs are numbered apart from plan runs (their seeds are never reused; the plan-run
+        counter, which salts unused marks' ids, counts what it counted before)."""
+        if not self.balancing or not self._may_decide():
+            return 0
+        st = self.state
+        if start and st.start is not None:
+            stale = self.balancing_run is not None and self.balancing_run.stale()
+            due = self.balance_requested or stale or (
+                self.balancing_run is None and (self.balanced_at is None or now - self.balanced_at >= self.period_ms))
+            if due:
+                self.balancing_runs += 1
+                self.balancing_run = BalancingRun(st, now=now, run=self.balancing_runs, start=st.start)
+                self.balanced_at, self.balance_requested = now, False
+        run = self.balancing_run
+        if run is None:
+            return 0
+        began = time.perf_counter()
+        result = run.step(now, self.slice_draws)
+        if run.done:
+            self.balancing_run = None
+        if self.on_run is not None:
+            self.on_run(result, st, (time.perf_counter() - began) * 1000, now, False)
+        return self._emit(result, now, ("planner:balance:" + self.timer_salt + self.topics.name(COMMANDS), 0,
+                                           run.run_number), None)
 
     def _logical(self, topic: str) -> str:
         for logical in (SEGMENTS, CLUSTER, COMMANDS):
@@ -299,7 +414,7 @@ class PlannerAgent:
         balances once per coordinator period: publishes and announces get their loads and drops at once, the
         moves they may call for wait for the timer's run)."""
         if touched.cluster or not self.incremental:
-            result = self._run(now, None, balance=touched.cluster and self.balancing, mark=False)
+            result = self._run(now, None, balance=False, mark=False)
         else:
             result = self._run(now, touched.segments | self.deferred, balance=False, mark=False)
         return self._emit(result, now, position, cause, causes)
@@ -365,7 +480,12 @@ class PlannerAgent:
 
     # -- persistence -----------------------------------------------------------------------------
     def _meta(self) -> dict[str, Any]:
-        return {"runs": self.runs}
+        run = self.balancing_run
+        progress = None if run is None else {"run": run.run_number, "started": run.started,
+                                             "moved": dict(sorted(run.moves.items()))}
+        return {"runs": self.runs, "balancingRuns": self.balancing_runs, "balancedAt": self.balanced_at,
+                "balanceRequested": self.balance_requested,
+                "balancingRun": progress}
 
     def _commit(self, batch: StoreBatch) -> None:
         for family, key, value in codec.changed(self.state, self._meta()):

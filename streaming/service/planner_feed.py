@@ -21,7 +21,13 @@ it is read, as a single worker always did, so a publish's loads still name the
 publish as their cause.
 
 Batches and runs go to the planner's one thread (``pool``), as before: the HTTP
-API reads the planner's state on that thread too. A planner failure ends the
+API reads the planner's state on that thread too (with short GIL slices while a
+call runs long, :func:`~streaming.service.delivery.on_pool`, so the worker's
+event-loop agents keep their batches flowing). The timer run (which also decides
+``server_lost``, :meth:`PlannerAgent.decide_lost`) comes every ``plan_every_s``;
+a balancing run it starts goes on in slices, one between two fetched batches
+(:meth:`PlannerAgent.balance_slice`), and pauses while the feed reads full
+batches (catching up), so a publish never waits for a whole balancing run. A planner failure ends the
 process with status 70 (0 when a stop was asked for), as any agent failure does.
 """
 
@@ -37,6 +43,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from streaming.service.delivery import on_pool
 from streaming.service.election import HEADER, say
 from streaming.service.intake import InputRecord
 from streaming.service.outage import PatientProducer, Shutdown
@@ -130,7 +137,7 @@ class PlannerFeed:
                         log.debug("planner feed: %s", m.error())
                 if records:
                     began = time.perf_counter()
-                    self.pool.submit(planner.process, records).result()
+                    on_pool(self.pool, planner.process, records)
                     for r in records:
                         at[(r.topic, r.partition)] = r.offset + 1
                     if self.on_batch is not None:
@@ -141,9 +148,13 @@ class PlannerFeed:
                     planner.catching_up = False
                     say(f"planner: caught up; planning every {self.plan_every_s:g}s")
                     next_tick = time.monotonic()
-                if self.caught_up and time.monotonic() >= next_tick and len(records) < BATCH_MAX:
+                if not self.caught_up or len(records) >= BATCH_MAX:
+                    continue  # behind the log: fold first, decide later
+                if time.monotonic() >= next_tick:
                     next_tick = time.monotonic() + self.plan_every_s
-                    self.pool.submit(planner.tick, int(time.time() * 1000)).result()
+                    on_pool(self.pool, planner.tick, int(time.time() * 1000))
+                elif planner.balancing_in_progress:  # one slice between two batches
+                    on_pool(self.pool, planner.balance_slice, int(time.time() * 1000))
         finally:
             planner.catching_up = False
             try:

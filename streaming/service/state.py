@@ -20,25 +20,65 @@ Invariants:
   progress, and a commit after it raises :class:`StoreClosedError`, so a closed
   store holds its last whole batch. ``close`` twice is a no-op.
 
+- **Bounded dedupe window.** The applied event ids are kept for a window, not for
+  ever: at most ``AppliedWindow.max_ids`` (default 1,000,000), and not past
+  ``AppliedWindow.max_age_ms`` (default 7 days) of log time (the record's Kafka
+  timestamp: the producers' clock, never an event's own ``occurred_at``, which a
+  backfill may set to any time) behind the newest applied. Ids are written into
+  *generations* of ``max_ids / GENERATIONS`` ids each (two); when the ids stored exceed
+  ``max_ids``, or the newest id of the oldest generation is older than the age, that
+  whole generation goes with one range delete in the commit's own write batch. So a
+  commit writes one key per id (as before the window) and forgetting costs O(1); a
+  lookup asks each live generation (at most ``GENERATIONS + 1``; a bloom filter keeps
+  misses cheap). *Why forgetting is safe:* an id is looked up only for a record at or above the stored offset of its
+  partition (records below it are skipped by offset, whatever their id), so the set
+  only has to catch the same event arriving again at a *new* position: a producer
+  retry, or a writer re-sending after its own crash. Both follow the original within
+  seconds to minutes, far inside 7 days and a million newer events; an id older than
+  the window can only come back from a replay that the stored offsets already cover.
+
 Key layout (bytes): ``meta/format``; ``offset/<topic>\\x00<partition>`` -> next
-offset to read (decimal text); ``applied/<event id>`` -> empty; agent data under
-``data/``, laid out by the agent.
+offset to read (decimal text); ``applied/<generation, 8 digits>/<event id>`` -> empty;
+``meta/applied-window`` -> JSON ``[[generation, ids, newest log time], ...]``, oldest
+first; agent data under ``data/``, laid out by the agent. The stored format marker is
+the agent's format plus :data:`LAYOUT` (a store of another layout is rebuilt).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
 FORMAT_KEY = b"meta/format"
 OFFSET_PREFIX = b"offset/"
 APPLIED_PREFIX = b"applied/"
+WINDOW_KEY = b"meta/applied-window"
+LAYOUT = "+applied-window/2"
+GENERATIONS = 2
 DATA_PREFIX = b"data/"
 
 TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedWindow:
+    """How many applied ids a store keeps, and for how long (event time); see the module docstring."""
+
+    max_ids: int = 1_000_000
+    max_age_ms: int = 7 * 24 * 3600 * 1000
+
+    def __post_init__(self) -> None:
+        if self.max_ids < 1 or self.max_age_ms < 1:
+            raise ValueError(f"applied-id window: max_ids and max_age_ms must be positive, got {self}")
+
+
+def _gen_prefix(gen: int) -> bytes:
+    return APPLIED_PREFIX + f"{gen:08d}/".encode()
 
 
 class StateStoreError(RuntimeError):
@@ -58,6 +98,7 @@ def _options() -> Options:
     opts.set_max_write_buffer_number(2)
     table = BlockBasedOptions()
     table.set_block_cache(Cache(16 * 1024 * 1024))
+    table.set_bloom_filter(10, False)  # a duplicate check of a fresh id asks every generation: misses stay cheap
     opts.set_block_based_table_factory(table)
     return opts
 
@@ -71,7 +112,7 @@ class StoreBatch:
 
     def __init__(self) -> None:
         self._batch = WriteBatch(raw_mode=True)
-        self._applied: set[str] = set()
+        self._applied: dict[str, int | None] = {}
         self.offsets: dict[TopicPartition, int] = {}
 
     def put(self, key: bytes, value: bytes) -> None:
@@ -84,15 +125,18 @@ class StoreBatch:
         """Record that everything of ``topic[partition]`` below ``next_offset`` is applied."""
         self.offsets[(topic, partition)] = next_offset
 
-    def mark_applied(self, event_id: str) -> None:
-        self._applied.add(event_id)
+    def mark_applied(self, event_id: str, at: int | None = None) -> None:
+        """The input event ``event_id``, written to the log at ``at`` (the record's timestamp, ms; None or 0: the
+        newest time the store knows) is applied."""
+        self._applied.setdefault(event_id, at if at else None)
 
     def applied(self, event_id: str) -> bool:
         return event_id in self._applied
 
-    def _write_batch(self) -> WriteBatch:
+    def _write_batch(self, gen: int) -> WriteBatch:
+        prefix = _gen_prefix(gen)
         for event_id in sorted(self._applied):
-            self._batch.put(APPLIED_PREFIX + event_id.encode(), b"")
+            self._batch.put(prefix + event_id.encode(), b"")
         for (topic, partition), offset in sorted(self.offsets.items()):
             self._batch.put(_offset_key(topic, partition), str(offset).encode())
         return self._batch
@@ -101,9 +145,11 @@ class StoreBatch:
 class AgentStateStore:
     """One agent's RocksDB database under ``path``; open it once per process (RocksDB locks the folder)."""
 
-    def __init__(self, path: Path, format_version: str) -> None:
+    def __init__(self, path: Path, format_version: str, window: AppliedWindow | None = None) -> None:
         self.path = Path(path)
-        self.format_version = format_version
+        self.format_version = format_version + LAYOUT
+        format_version = self.format_version
+        self.window = window or AppliedWindow()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.wiped = False
         self._lock = threading.Lock()
@@ -117,6 +163,10 @@ class AgentStateStore:
                 self.wiped = True
                 self._db = self._open()
             self._db.put(FORMAT_KEY, format_version.encode())
+        window_meta = self._db.get(WINDOW_KEY)  # kept by every commit
+        # [generation, ids, newest log time], oldest first; the last one is written to
+        self._gens: list[list[int]] = [[0, 0, 0]] if window_meta is None else orjson.loads(bytes(window_meta))
+        self._prefixes = [_gen_prefix(g) for g, _, _ in reversed(self._gens)]  # newest first
 
     def _open(self) -> Rdict:
         try:
@@ -142,11 +192,22 @@ class AgentStateStore:
         return out
 
     def applied(self, event_id: str) -> bool:
-        """Whether an input event with this id was applied by a committed batch."""
-        return self._db.get(APPLIED_PREFIX + event_id.encode()) is not None
+        """Whether an input event with this id was applied by a committed batch (and is still in the window)."""
+        raw = event_id.encode()
+        get = self._db.get
+        return any(get(p + raw) is not None for p in self._prefixes)
 
     def applied_ids(self) -> set[str]:
-        return {k[len(APPLIED_PREFIX):].decode() for k, _ in self.scan_raw(APPLIED_PREFIX)}
+        return {k[len(APPLIED_PREFIX) + 9:].decode() for k, _ in self.scan_raw(APPLIED_PREFIX)}
+
+    @property
+    def applied_count(self) -> int:
+        """Ids in the window now."""
+        return sum(n for _, n, _ in self._gens)
+
+    @property
+    def newest_applied_at(self) -> int:
+        return max(at for _, _, at in self._gens)
 
     def get(self, key: bytes) -> bytes | None:
         value = self._db.get(DATA_PREFIX + key)
@@ -177,11 +238,28 @@ class AgentStateStore:
         return StoreBatch()
 
     def commit(self, batch: StoreBatch) -> None:
-        """Write the whole batch atomically (state, offsets and applied ids together)."""
+        """Write the whole batch atomically (state, offsets and applied ids together, and the generations of ids
+        that fell out of the window deleted)."""
         with self._lock:
             if self._closed:
                 raise StoreClosedError(f"state store {self.path} is closed (the worker is stopping)")
-            self._db.write(batch._write_batch())
+            gens = [list(g) for g in self._gens]
+            newest = max([self.newest_applied_at, *(at for at in batch._applied.values() if at is not None)])
+            current = gens[-1]
+            write = batch._write_batch(current[0])
+            if batch._applied:  # callers mark only ids not applied yet (intake.seen)
+                current[1] += len(batch._applied)
+                current[2] = newest
+                if current[1] >= max(1, self.window.max_ids // GENERATIONS):
+                    gens.append([current[0] + 1, 0, newest])
+            while len(gens) > 1 and (sum(n for _, n, _ in gens) > self.window.max_ids
+                                     or gens[0][2] < newest - self.window.max_age_ms):
+                gone = gens.pop(0)[0]
+                write.delete_range(_gen_prefix(gone), _gen_prefix(gone + 1))
+            write.put(WINDOW_KEY, orjson.dumps(gens))
+            self._db.write(write)
+            self._gens = gens
+            self._prefixes = [_gen_prefix(g) for g, _, _ in reversed(gens)]
 
     def close(self) -> None:
         with self._lock:

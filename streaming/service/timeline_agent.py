@@ -88,7 +88,7 @@ class TimelineAgent:
             except EventValidationError as e:
                 self._dead_letter(rec, str(e))
                 continue
-            batch.mark_applied(env.event_id)
+            batch.mark_applied(env.event_id, rec.timestamp_ms)
             c.applied += 1
             for sid in learned_ids(env.event):
                 batch.put(ID_PREFIX + str(sid).encode(), id_key(sid))

@@ -49,6 +49,7 @@ from tests.integration.test_service_timeline import (
     Flow,
     Raw,
     Service,
+    group_progress,
     kill_and_restart,
     read_all,
     wait_for,
@@ -321,7 +322,8 @@ def test_kill_9_restarts_mid_stream_lose_and_duplicate_nothing(kafka_bootstrap: 
     flow.start()
     kills_while_flowing = 0
     try:
-        kills_while_flowing = kill_and_restart(service, pauses, flow)
+        kills_while_flowing = kill_and_restart(service, pauses, flow,
+                                               group_progress(kafka_bootstrap, topics, request_topic))
         flow.join()
         expected = pure_fold(read_all(kafka_bootstrap, request_topic))
         wait_for("all decisions", lambda: len(dedup(read_all(kafka_bootstrap, topics.name(LOCKS))))

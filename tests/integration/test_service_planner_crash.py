@@ -136,13 +136,17 @@ def commanded(commands: list[Envelope[Event]], answers: list[Envelope[Event]]) -
     return out
 
 
+SCHEDULING = ("runs", "balancingRuns", "balancedAt", "balanceRequested", "balancingRun")
+
+
 def store_contents(path: Path) -> dict[bytes, bytes]:
-    """The whole store (data, offsets, applied ids, format marker) but the plan-run counter."""
+    """The whole store (data, offsets, applied ids, format marker) but the agent's own scheduling: the plan-run
+    counter and the balancing run's timing and progress (they depend on when the timer fired)."""
     with AgentStateStore(path, FORMAT_VERSION) as store:
         assert not store.wiped
         out = dict(store.scan_raw(b""))
     meta = orjson.loads(out.pop(b"data/meta/"))
-    out[b"data/meta/"] = orjson.dumps({k: v for k, v in meta.items() if k != "runs"})
+    out[b"data/meta/"] = orjson.dumps({k: v for k, v in meta.items() if k not in SCHEDULING})
     return out
 
 

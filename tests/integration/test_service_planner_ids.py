@@ -81,13 +81,15 @@ def agent(path: Path, sink: Sink) -> tuple[PlannerAgent, AgentStateStore]:
 
 
 def stored(path: Path) -> dict[bytes, bytes]:
-    """Everything the store holds but the plan-run counter (how often it planned depends on the batch cuts)."""
+    """Everything the store holds but the plan-run counter and when balancing last began (how often and when it
+    planned depend on the batch cuts)."""
     with AgentStateStore(path, FORMAT_VERSION) as store:
         out = dict(store.scan_raw(b""))
     import orjson
 
     meta = orjson.loads(out.pop(b"data/meta/"))
-    out[b"data/meta/"] = orjson.dumps({k: v for k, v in meta.items() if k != "runs"})
+    scheduling = ("runs", "balancingRuns", "balancedAt")
+    out[b"data/meta/"] = orjson.dumps({k: v for k, v in meta.items() if k not in scheduling})
     return out
 
 
@@ -235,3 +237,101 @@ def test_balancing_runs_on_the_timer_and_on_cluster_changes_never_after_publishe
     if not balancing:
         assert timer_moves == []
     store.close()
+
+
+# -- balancing: once per coordinator period, in slices between events ------------------------------------------
+BALANCING = {"smartSegmentLoading": False, "maxSegmentsToMove": 5, "maxSegmentsInNodeLoadingQueue": 100}
+
+
+def loaded_on_h1(log: Log, n: int) -> list[InputRecord]:
+    """One server holding ``n`` segments (published, loaded and announced), balancing allowed 5 moves a run."""
+    segs = [seg(d) for d in range(n)]
+    return [log.event(DynamicConfigSet(config=BALANCING), "config", "config"),
+            log.event(RulesSet(data_source="wiki", rules=({"type": "loadForever", "tieredReplicants": {"hot": 1}},)),
+                      "rules", "rules/wiki"),
+            log.event(ServerJoined(server="h1", tier="hot", max_size_bytes=10**9), "join-h1", "h1"),
+            log.event(SegmentsPublished(task_id="t", segments=tuple(segs)), "pub", "wiki"),
+            *(log.event(SegmentAnnounced(server="h1", segment=s), f"ann-{i}", "wiki") for i, s in enumerate(segs))]
+
+
+def moves_in(sink: Sink) -> list[str]:
+    return [c.command_id for c in sink.commands() if isinstance(c, LoadSegment) and c.move_id is not None]
+
+
+def test_a_publish_during_a_long_balancing_run_is_planned_before_the_run_ends(tmp_path: Path) -> None:
+    """A server joining starts a balancing run; the run goes on in slices of one candidate, and a publish that
+    arrives meanwhile gets its load in its own batch, while the run still has slices left (event order, not
+    time); the run then makes its moves, within maxSegmentsToMove."""
+    log, sink = Log(), Sink()
+    store = AgentStateStore(tmp_path / "planner", FORMAT_VERSION)
+    planner = PlannerAgent(store, TOPICS, sink, slice_draws=1)
+    planner.process(loaded_on_h1(log, 20))
+    planner.process([log.event(ServerJoined(server="h2", tier="hot", max_size_bytes=10**9), "join-h2", "h2")])
+    assert planner.balancing_in_progress and len(moves_in(sink)) == 1  # the first slice: one candidate, moved
+    planner.process([log.event(SegmentsPublished(task_id="t", segments=(seg(30),)), "pub-late", "wiki")])
+    late = [c for c in sink.commands() if isinstance(c, LoadSegment) and c.segment.id == seg(30).id]
+    assert len(late) == 1 and late[0].move_id is None
+    assert planner.balancing_in_progress and len(moves_in(sink)) == 1  # planned before the run's next slice
+    slices = 0
+    while planner.balancing_in_progress:
+        planner.balance_slice(T0)
+        slices += 1
+    moves = moves_in(sink)
+    assert len(moves) == 5 and slices >= 4  # maxSegmentsToMove, one candidate per slice
+    sent = [e.event for e in sink.sent if e.event.event_topic == COMMANDS]
+    assert sent.index(late[0]) < max(i for i, c in enumerate(sent) if isinstance(c, LoadSegment) and c.move_id)
+    store.close()
+
+
+def test_balancing_runs_once_per_coordinator_period(tmp_path: Path) -> None:
+    """After a run ends, timer runs within the period balance nothing; the first one a period later balances."""
+    log, sink = Log(), Sink()
+    store = AgentStateStore(tmp_path / "planner", FORMAT_VERSION)
+    planner = PlannerAgent(store, TOPICS, sink, period_ms=60_000)
+    planner.process(loaded_on_h1(log, 40))
+    planner.process([log.event(ServerJoined(server="h2", tier="hot", max_size_bytes=10**9), "join-h2", "h2")])
+    while planner.balancing_in_progress:
+        planner.balance_slice(T0)
+    assert len(moves_in(sink)) == 5
+    for wall in (T0 + 1_000, T0 + 30_000, T0 + 59_999):
+        planner.tick(wall)
+        while planner.balancing_in_progress:
+            planner.balance_slice(wall)
+    assert len(moves_in(sink)) == 5  # within the period: no second run
+    planner.tick(T0 + 60_000)
+    while planner.balancing_in_progress:
+        planner.balance_slice(T0 + 60_000)
+    assert len(moves_in(sink)) == 10  # a period later: the next run
+    store.close()
+
+
+def test_a_restart_resumes_the_balancing_run_under_its_run_number_and_makes_the_same_moves(tmp_path: Path) -> None:
+    """A run interrupted by a restart resumes from the store with its run number (the same seeded draws) and the
+    moves it made counted: it ends with the moves, and the ids, of a run that was never interrupted."""
+    def start(path: Path, sink: Sink) -> tuple[PlannerAgent, AgentStateStore]:
+        store = AgentStateStore(path, FORMAT_VERSION)
+        return PlannerAgent(store, TOPICS, sink, slice_draws=1), store
+
+    log = Log()
+    history = [*loaded_on_h1(log, 40),
+               log.event(ServerJoined(server="h2", tier="hot", max_size_bytes=10**9), "join-h2", "h2")]
+    whole = Sink()
+    a, store = start(tmp_path / "whole", whole)
+    a.process(history[:-1])
+    a.process(history[-1:])
+    while a.balancing_in_progress:
+        a.balance_slice(T0)
+    store.close()
+
+    cut = Sink()
+    b, store = start(tmp_path / "cut", cut)
+    b.process(history[:-1])
+    b.process(history[-1:])
+    b.balance_slice(T0)
+    store.close()
+    b, store = start(tmp_path / "cut", cut)
+    assert b.balancing_in_progress
+    while b.balancing_in_progress:
+        b.balance_slice(T0)
+    store.close()
+    assert len(moves_in(whole)) == 5 and moves_in(cut) == moves_in(whole)

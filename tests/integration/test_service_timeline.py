@@ -209,20 +209,55 @@ class Flow:
         self.thread.join()
 
 
-def kill_and_restart(service: Service, pauses: list[float], flow: Flow) -> int:
+def kill_and_restart(service: Service, pauses: list[float], flow: Flow,
+                     progress: Callable[[], tuple[int, int]] | None = None) -> int:
     """Start the service; then, per pause, wait until the running start has loaded its stores (its
-    " resumes at " line), sleep the pause, SIGKILL and restart it. Returns the kills made while ``flow`` was
-    still producing; releases the flow's held-back chunks at the end."""
+    " resumes at " line) and, with ``progress`` (:func:`group_progress`), until this start committed work or
+    has nothing left to read, so each kill lands after the start did something whatever the machine's load;
+    sleep the pause, SIGKILL and restart it. Returns the kills made while ``flow`` was still producing;
+    releases the flow's held-back chunks at the end."""
     kills_while_flowing = 0
     service.start()
     for starts, pause in enumerate(pauses, start=1):
         service.loaded(starts)
+        if progress is not None:
+            wait_for(f"start {starts} to commit work", _worked(progress), service, 120)
         time.sleep(pause)
         kills_while_flowing += flow.alive()
         service.kill()
         service.start()
     flow.kills_done()
     return kills_while_flowing
+
+
+def _worked(progress: Callable[[], tuple[int, int]]) -> Callable[[], bool]:
+    """A check that the committed position grew past its value now, or reached the end of the input."""
+    before, _ = progress()
+
+    def check() -> bool:
+        committed, end = progress()
+        print(f"progress: committed {committed} (at start {before}), end {end}", flush=True)
+        return committed > before or committed >= end
+
+    return check
+
+
+def group_progress(bootstrap: str, topics: Topics, topic: str) -> Callable[[], tuple[int, int]]:
+    """(offsets the worker's consumer group committed on ``topic``, its high watermarks), each summed over the
+    partitions: the worker commits only what its stores hold."""
+    group = f"{topics.prefix}coordinator"
+
+    def read() -> tuple[int, int]:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+        try:
+            parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+            tps = [TopicPartition(topic, p) for p in parts]
+            committed = sum(max(tp.offset, 0) for tp in c.committed(tps, timeout=10))
+            return committed, sum(c.get_watermark_offsets(tp, timeout=10)[1] for tp in tps)
+        finally:
+            c.close()
+
+    return read
 
 
 def wait_for_outputs(bootstrap: str, topics: Topics, want: int, service: Service, timeout: float = 90.0) -> None:
@@ -426,7 +461,8 @@ def test_crash_recovery_sigkill_at_20_points_equals_pure_fold(kafka_bootstrap: s
     flow.start()
     kills_while_flowing = 0
     try:
-        kills_while_flowing = kill_and_restart(service, pauses, flow)
+        kills_while_flowing = kill_and_restart(service, pauses, flow,
+                                               group_progress(kafka_bootstrap, topics, topics.name(SEGMENTS)))
         flow.join()
         expected = pure_fold(read_all(kafka_bootstrap, topics.name(SEGMENTS)))
         wait_for_outputs(kafka_bootstrap, topics, len(expected.outputs), service, timeout=120)

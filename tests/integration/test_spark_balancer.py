@@ -267,6 +267,20 @@ def test_segcoord_run_with_the_spark_balancer_starts_it_and_leaves_balancing_to_
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline + 60, log.read_text()[-3000:]
             time.sleep(1.0)
+
+        # the job dies (SIGKILL): the worker says so and starts it again (issue 16: it kept running without it)
+        os.kill(child, signal.SIGKILL)
+        deadline = time.monotonic() + 180
+        while log.read_text().count("segcoord balancer: tiers _default_tier") < 2:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        assert "the Spark balancer exited (status -9); restarting in" in log.read_text()
+        while balancer_state() != "alive":
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline + 60, log.read_text()[-3000:]
+            time.sleep(1.0)
+        child = int(log.read_text().split("Spark balancer restarted (pid ", 1)[1].split(")", 1)[0])
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(90)

@@ -107,5 +107,7 @@ def test_operator_commands_refuse_bad_input_before_any_broker(capsys: pytest.Cap
     assert "at least one segment id" in _one_error_line(capsys)
     assert main(["run", "--http", "localhost", "--bootstrap", "127.0.0.1:1"]) == 2
     assert "--http: 'localhost': expected HOST:PORT" in _one_error_line(capsys)
+    assert main(["run", "--coordinator-period", "0", "--bootstrap", "127.0.0.1:1"]) == 2
+    assert "--coordinator-period: must be a positive number of seconds, got 0.0" in _one_error_line(capsys)
     assert main(["tail", "timeline", "--max-messages", "0", "--bootstrap", "127.0.0.1:1"]) == 2
     assert "--max-messages: must be > 0" in _one_error_line(capsys)

@@ -34,7 +34,8 @@ def test_registry_holds_every_type_of_the_design() -> None:
         "segment_unannounced", "server_joined", "server_left", "server_decommissioned", "server_recommissioned",
         "rules_set", "dynamic_config_set", "segment_visibility_changed", "load_segment", "drop_segment",
         "dead_lettered", "publish_accepted", "task_registered", "task_deregistered", "segment_load_refused",
-        "cancel_segment_load", "segments_marked_used", "lock_release_requested",
+        "cancel_segment_load", "segments_marked_used", "lock_release_requested", "server_heartbeat", "server_lost",
+        "upsert_table_set", "upsert_consolidation_asked", "consolidation_requested",
     }
     assert {c.event_type for c in ALL} == design
 

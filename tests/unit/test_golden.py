@@ -109,3 +109,10 @@ def test_additive_fields_take_their_defaults() -> None:
     env = decode((GOLDEN / "compat" / "segment_allocated_without_sequence_fields.json").read_bytes())
     assert isinstance(env.event, SegmentAllocated)
     assert (env.event.sequence_name, env.event.previous_segment_id, env.event.skip_lineage_check) == (None, None, False)
+
+
+def test_an_unannounce_from_before_the_reason_field_is_the_server_s_own() -> None:
+    from events import SegmentUnannounced
+
+    env = decode((GOLDEN / "compat" / "segment_unannounced_without_reason.json").read_bytes())
+    assert isinstance(env.event, SegmentUnannounced) and env.event.reason is None

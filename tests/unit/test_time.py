@@ -106,3 +106,25 @@ def test_periods_add_years_then_months_like_joda() -> None:
     assert format_instant(Period.parse("P1Y1M").subtract_from(leap)) == "2023-01-28T00:00:00.000Z"
     assert format_instant(Period.parse("P1Y").add_to(leap)) == "2025-02-28T00:00:00.000Z"
     assert format_instant(Period.parse("P1M").add_to(parse_instant("2026-01-31"))) == "2026-02-28T00:00:00.000Z"
+
+
+def _outcome(fn, text: str) -> object:  # type: ignore[no-untyped-def]
+    try:
+        return fn(text)
+    except InstantError as e:
+        return str(e)
+
+
+@given(st.integers(min_value=-(10**14), max_value=10**14), st.lists(
+    st.tuples(st.integers(0, 23), st.sampled_from("0123456789:-.TZ+ 24٣")), max_size=3))
+def test_the_canonical_shortcut_parses_as_the_full_parser(ms: int, edits: list[tuple[int, str]]) -> None:
+    """Druid's own form skips the regular expression; any text, canonical or a character off, parses the same."""
+    from events.instant import _MINUTES, _parse_full, _parse_instant
+
+    text = list(format_instant(ms))
+    for at, char in edits:
+        text[at] = char
+    s = "".join(text)
+    for _ in range(2):  # the minute cache cold, then warm
+        assert _outcome(_parse_instant, s) == _outcome(_parse_full, s)
+    _MINUTES.clear()

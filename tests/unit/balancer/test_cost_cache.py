@@ -202,3 +202,42 @@ def test_a_million_mixed_segments_agree_with_brute_force() -> None:
         probe = SegmentDescriptor(f"ds{source[i]}", Interval(int(starts[i]), int(ends[i])), "probe")
         ref = float(np.sum(costs(probe.interval, starts, ends, source == source[i], CostModel())))
         assert _close(cache.cost_of(probe), ref), (i, cache.cost_of(probe), ref)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(_segment, max_size=30), min_size=1, max_size=5), st.lists(st.integers(0, 200), max_size=20),
+       _segment)
+def test_bulk_loads_agree_with_single_adds(batches: list[list[SegmentDescriptor]], removals: list[int],
+                                           probe: SegmentDescriptor) -> None:
+    """Loading in batches (re-placed in bulk when a batch is a large share of what is held, by single walks
+    otherwise), then removing some, gives the brute-force answer and that of a cache filled one add at a time."""
+    bulk, single, brute = ServerCostCache(), ServerCostCache(), ServerSegments()
+    for batch in batches:
+        bulk.extend(batch)
+        for s in batch:
+            single.add(s)
+            brute.add(s)
+    held = brute.segment_ids()
+    for r in removals:
+        if held:
+            sid = held.pop(r % len(held))
+            for c in (bulk, single, brute):
+                c.remove(sid)
+    ref = brute.cost_of(probe)
+    assert _close(bulk.cost_of(probe), ref) and _close(single.cost_of(probe), ref)
+    assert len(bulk) == len(brute) and bulk.size_bytes == brute.size_bytes
+
+
+def test_a_bulk_load_on_a_presized_window_places_pieces_and_outside_parts() -> None:
+    """The bulk placement on a fixed grid: unaligned bounds (leaf pieces), "all time" and far segments
+    (outside the window), then single removes of each kind."""
+    segments = _mixed(3000, seed=81)
+    cache, brute = ServerCostCache(window=(T0 - 30 * DAY, T0 + 30 * DAY)), ServerSegments()
+    cache.extend(segments)
+    for s in segments:
+        brute.add(s)
+    for s in segments[::5]:
+        cache.remove(s.id)
+        brute.remove(s.id)
+    for probe in segments[1::97]:
+        assert _close(cache.cost_of(probe), brute.cost_of(probe))

@@ -128,7 +128,8 @@ def test_live_caches_hold_the_projected_placement() -> None:
         pending = result.commands + answers[: len(answers) // 2]  # half the answers arrive: moves stay in flight
     state = placement.state
     assert state.caches and state.queue  # caches were used, moves are still in flight
-    for name, cache in state.caches.items():
+    for name in list(state.caches):
+        cache = state.cache(name)  # a built cache, with the changes the fold noted since its last read applied
         expected = set(state.projected_segments(name))
         assert set(cache.segment_ids()) == expected
         fresh = ServerCostCache()

@@ -11,8 +11,10 @@ from events.cluster import (
     RulesSet,
     SegmentLoadRefused,
     ServerDecommissioned,
+    ServerHeartbeat,
     ServerJoined,
     ServerLeft,
+    ServerLost,
     ServerRecommissioned,
 )
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
@@ -30,7 +32,8 @@ POOL = [SegmentDescriptor(ds, Interval(T0 + h * H, T0 + (h + 1) * H), "v1", 0, 1
 COMMAND_IDS = [f"c{i}" for i in range(8)]
 
 event_kinds = st.sampled_from([
-    "join", "join", "leave", "decommission", "recommission", "publish", "publish", "unused", "announce",
+    "join", "join", "leave", "lost", "heartbeat", "decommission", "recommission", "publish", "publish", "unused",
+    "announce",
     "announce", "unannounce", "load", "load", "move", "drop", "cancel", "refuse", "rules", "config"])
 
 
@@ -53,6 +56,10 @@ def history(draw: st.DrawFn, size: int = 40) -> list[Envelope[Event]]:
                                  max_size_bytes=draw(st.sampled_from([None, 250, 10_000])))
         elif kind == "leave":
             event = ServerLeft(server=server)
+        elif kind == "lost":
+            event = ServerLost(server=server, last_heard_at=max(at - 60_000, 0), server_timeout_millis=30_000)
+        elif kind == "heartbeat":
+            event = ServerHeartbeat(server=server)
         elif kind == "decommission":
             event = ServerDecommissioned(server=server)
         elif kind == "recommission":

@@ -32,8 +32,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator.placement import codec
+from coordinator.placement.liveness import unannounce_departed
 from coordinator.placement.projected import snapshot
 from coordinator.placement.state import PlacementState
+from events.cluster import ServerLeft, ServerLost
 from events.envelope import Envelope, encode
 from events.registry import Event
 from events.topics import COMMANDS, Topics
@@ -103,6 +105,7 @@ class Oracle:
     def __init__(self) -> None:
         self.state = PlacementState(LOAD_TIMEOUT_MS)
         self.seen: set[str] = set()
+        self.decided: set[str] = set()  # the unannounces of departed servers, folded where the agent decides them
 
     def input(self, env: Envelope[Event]) -> None:
         if env.event.event_topic != COMMANDS:
@@ -110,6 +113,16 @@ class Oracle:
                 return
             self.seen.add(env.event_id)
         self.state.evolve(env)
+        if isinstance(env.event, ServerLeft | ServerLost):
+            for unannounce in unannounce_departed(self.state, env):  # type: ignore[arg-type]
+                self.state.evolve(unannounce)
+                self.seen.add(unannounce.event_id)
+                self.decided.add(unannounce.event_id)
+
+    def decision(self, env: Envelope[Event]) -> None:
+        """One event the agent emitted: folded now, unless the oracle decided it already."""
+        if env.event_id not in self.decided:
+            self.state.evolve(env)
 
 
 def _entries(state: PlacementState) -> list[codec.Entry]:
@@ -125,7 +138,7 @@ def test_planner_store_and_replay_equal_the_pure_fold(case: tuple[list[list[Enve
     read_back: list[InputRecord] = []  # the agent's output, delivered with the next batch
     expired_any = False
     with tempfile.TemporaryDirectory() as tmp, AgentStateStore(Path(tmp) / "planner", FORMAT_VERSION) as store:
-        agent = PlannerAgent(store, TOPICS, sink, LOAD_TIMEOUT_MS)
+        agent = PlannerAgent(store, TOPICS, sink, LOAD_TIMEOUT_MS, slice_draws=2)  # balancing runs span batches
         for batch, tick in zip(batches, ticks, strict=True):
             records = read_back + [log.append(env) for env in batch]
             for rec in records:
@@ -134,15 +147,17 @@ def test_planner_store_and_replay_equal_the_pure_fold(case: tuple[list[list[Enve
             read_back = []
             emitted = sink.take()
             for env in emitted:  # the batch's decisions, folded where the agent decided them
-                oracle.state.evolve(env)
+                oracle.decision(env)
             if tick:  # the timer: timed-out commands settle, then it plans
                 now = max(agent.state.last_event_at, oracle.state.last_event_at)
                 before = len(oracle.state.queue)
                 oracle.state.expire(now)
                 expired_any |= len(oracle.state.queue) < before
                 agent.tick(now)
+                if agent.balancing_in_progress:  # one more slice of the balancing run, between two batches
+                    agent.balance_slice(now)
                 for env in (timer := sink.take()):
-                    oracle.state.evolve(env)
+                    oracle.decision(env)
                 emitted += timer
             read_back = [log.append(env) for env in emitted]
         restored = load_state(store, LOAD_TIMEOUT_MS)
@@ -205,11 +220,13 @@ def _without_runs(entries: list[codec.Entry]) -> list[codec.Entry]:
     return out
 
 
-def test_a_server_that_left_keeps_its_holdings_in_replay_as_in_the_planner() -> None:
-    """The disagreement issue 12 found: the planner keeps a left server's holdings, replay dropped the server."""
+def test_a_server_that_left_serves_nothing_in_replay_timeline_and_planner() -> None:
+    """Issue 16: after ``server_left`` the planner kept the server's holdings and the timeline kept its segments
+    served, while replay dropped the server. Now the planner unannounces what it held (on ``segments``), and
+    the planner's store, replay's placement and replay's timeline all show the segment served by no one."""
     from events.cluster import ServerJoined, ServerLeft
     from events.schema import Instant
-    from events.segments import SegmentAnnounced, SegmentsPublished
+    from events.segments import SegmentAnnounced, SegmentsPublished, SegmentUnannounced
     from tests.unit.placement.history import POOL, T0
 
     seg = POOL[0]
@@ -218,17 +235,22 @@ def test_a_server_that_left_keeps_its_holdings_in_replay_as_in_the_planner() -> 
         Envelope(SegmentsPublished(task_id="t", segments=(seg,)), "e1", Instant(T0), "wiki"),
         Envelope(SegmentAnnounced(server="h1", segment=seg), "e2", Instant(T0), "wiki"),
         Envelope(ServerLeft(server="h1"), "e3", Instant(T0 + 1), "h1")]
-    log, fold = Log(), LogFold()
-    for env in events:
-        log.append(env)
+    sink = Collect()
+    with tempfile.TemporaryDirectory() as tmp, AgentStateStore(Path(tmp) / "planner", FORMAT_VERSION) as store:
+        agent = PlannerAgent(store, TOPICS, sink, LOAD_TIMEOUT_MS)
+        log = Log()
+        agent.process([log.append(env) for env in events])
+        emitted = sink.take()
+        agent.process([log.append(env) for env in emitted])  # read back: changes nothing
+        planner = load_state(store, LOAD_TIMEOUT_MS)
+    unannounced = [e for e in emitted if isinstance(e.event, SegmentUnannounced)]
+    assert [(e.event.server, e.event.segment_id, e.event.reason, e.causation_id)  # type: ignore[attr-defined]
+            for e in unannounced] == [("h1", str(seg.id), "server_left", "e3")]
+    assert not planner.held.get("h1") and not planner.servers["h1"].joined
+    fold = LogFold()
     for record in log.records:
         fold.apply(record)
     shown = fold.to_json()["placement"]
-    assert shown == {"h1": {"tier": "hot", "maxSizeBytes": 1000, "joined": False, "decommissioning": False,
-                            "usedBytes": seg.size, "segments": [str(seg.id)], "inFlight": []}}
-    with tempfile.TemporaryDirectory() as tmp, AgentStateStore(Path(tmp) / "planner", FORMAT_VERSION) as store:
-        agent = PlannerAgent(store, TOPICS, Collect(), LOAD_TIMEOUT_MS)
-        fresh = Log()
-        agent.process([fresh.append(env) for env in events])
-        planner = load_state(store, LOAD_TIMEOUT_MS)
-    assert planner.held == {"h1": {seg.id}} and not planner.servers["h1"].joined
+    assert isinstance(shown, dict)
+    assert shown["h1"]["joined"] is False and shown["h1"]["segments"] == []
+    assert fold.timelines.states() == {str(seg.id): "offline"}

@@ -125,3 +125,45 @@ def test_the_oracle_recurses_through_partially_online_groups() -> None:
     states, _pieces, over = timeline_states(members, members)
     assert {sid.partition_id: s for sid, s in states.items()} == {0: "visible", 32768: "standby", 32769: "standby"}
     assert over == []
+
+
+def _lookup_oracle(tl: Timeline, q: Interval) -> list[tuple[SegmentId, tuple[Interval, ...]]]:
+    """The served pieces clipped to ``q``, handed to every visible segment of their chunk, in time order."""
+    states = tl.states()
+    parts: dict[SegmentId, list[Interval]] = {}
+    for piece, (interval, version) in tl.served_pieces():
+        if piece.end <= q.start or q.end <= piece.start or q.is_empty():
+            continue
+        sub = Interval(max(piece.start, q.start), min(piece.end, q.end))
+        for sid in sorted(s for s, st_ in states.items()
+                          if st_ == "visible" and (s.interval, s.version) == (interval, version)):
+            ivs = parts.setdefault(sid, [])
+            if ivs and ivs[-1].end == sub.start:
+                ivs[-1] = Interval(ivs[-1].start, sub.end)
+            else:
+                ivs.append(sub)
+    return [(sid, tuple(ivs)) for sid, ivs in parts.items()]
+
+
+@settings(max_examples=int(os.environ.get("TIMELINE_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(segment_pool(), st.lists(ops, min_size=1, max_size=40),
+       st.lists(st.tuples(st.integers(-2, 62), st.integers(0, 64)), min_size=1, max_size=6))
+def test_lookup_of_any_interval_hands_out_the_served_pieces(
+    pool: list[SegmentDescriptor], history: list, queries: list[tuple[int, int]]  # type: ignore[type-arg]
+) -> None:
+    """Whether a chunk is served wholly inside the query (cached entries) or cut by it, lookup says the same."""
+    tl = Timeline("ds")
+    for op, index, server in history:
+        seg = pool[index % len(pool)]
+        if op == "publish":
+            tl.publish([seg])
+        elif op == "unused":
+            tl.mark_unused([seg.id])
+        elif op == "announce":
+            tl.announce(seg, server)
+        else:
+            tl.unannounce(seg.id, server)
+        for start, length in queries:
+            q = Interval(BASE + start * H, BASE + (start + length) * H)
+            assert [(e.segment_id, e.intervals) for e in tl.lookup(q)] == _lookup_oracle(tl, q)

@@ -1,0 +1,395 @@
+"""The cost of placing one segment on every server at once: a cluster-wide index built in bulk from sorted arrays.
+
+:class:`ClusterCostIndex` answers, for a segment X, the vector of seed 000's
+summed cost ``Σ_{Y on server} cost(X, Y)`` over all servers in one vectorized
+pass (NumPy, no Python loop over servers), and so "the cheapest of these
+servers". It is exact like :class:`~coordinator.balancer.cost_cache.ServerCostCache`
+(no segment ignored, any alignment) and agrees with the brute-force sum
+(:class:`~coordinator.balancer.server_costs.ServerSegments`) to about 1e-15
+relative.
+
+**The split.** Every held Y is, relative to X = [s, t), exactly one of:
+
+- *left* (y1 <= s): λ² I = f(a) · f(b) · exp(-λ(s - y1)),
+- *right* (y0 >= t): λ² I = f(a) · f(b) · exp(-λ(y0 - t)),
+- *overlapping* (the rest): the closed form of :func:`~coordinator.balancer.cost.costs`,
+
+with a, b the lengths of X and Y and f(u) = 1 - exp(-u). Per *lane* (a server,
+or a (data source, server) pair for the same-source factor) the left segments,
+sorted by y1, carry a decayed running sum ``S_i = Σ_{j<=i} f(b_j) exp(-λ(y1_i - y1_j))``,
+so the left sum at s is ``S_i · exp(-λ(s - y1_i))`` for the last y1_i <= s (a
+binary search); the right sums mirror it on -y0. Both are sums of non-negative
+terms (no difference of prefix sums, so nothing cancels; no exponent is positive,
+so nothing overflows): the running sums come from a blocked doubling scan over the
+sorted lanes. The binary searches of many lanes are one ``searchsorted`` on keys
+``lane * (U + 1) + rank(y)``. Overlapping segments are found by
+length class (lengths in [2^(c-1), 2^c) ms start in (s - 2^c, t)), a binary
+search per class, and costed exactly; the segment itself is masked out, so a
+holder and a candidate are scored alike (Druid's rule).
+
+**Updates** are amortised: :meth:`add` and :meth:`remove` go to a small delta
+(added segments costed by brute force, removed ones subtracted, with a guard
+that recomputes a server exactly when the subtraction would cancel more than
+``CANCEL_GUARD``), and the index is rebuilt in bulk when the delta passes
+``1024 + n/1000`` segments. Not thread-safe.
+
+>>> from events import Interval, SegmentDescriptor
+>>> a = SegmentDescriptor("wiki", Interval.parse("2026-01-01/P1D"), "v1")
+>>> b = SegmentDescriptor("wiki", Interval.parse("2026-01-02/P1D"), "v1")
+>>> index = ClusterCostIndex.build({"h1": [a], "h2": []})
+>>> [round(c, 6) for c in index.costs_of(b).tolist()], index.cheapest(b), index.costs_of(a).tolist()
+([599.434267, 0.0], 'h2', [0.0, 0.0])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from coordinator.balancer.cost import MILLIS_PER_HOUR, CostModel, costs
+from events.segment import SegmentDescriptor, SegmentId
+
+CANCEL_GUARD = 1e-4  # a server whose delta-corrected cost falls below this share of its snapshot cost is recomputed
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+
+class _Ranking:
+    """One sort of an int64 column: the rows in value order, each row's dense rank, and the distinct values."""
+
+    def __init__(self, ys: I64) -> None:
+        self.order = np.argsort(ys, kind="stable")
+        ordered = ys[self.order]
+        new = np.r_[True, ordered[1:] != ordered[:-1]] if len(ys) else np.zeros(0, dtype=bool)
+        self.values = ordered[new]
+        self.rank = np.empty(len(ys), np.int64)
+        self.rank[self.order] = np.cumsum(new) - 1
+
+    def negated(self) -> _Ranking:
+        """The ranking of -ys (reversed; ties stay together)."""
+        out = _Ranking.__new__(_Ranking)
+        out.order, out.values = self.order[::-1].copy(), -self.values[::-1]
+        out.rank = len(self.values) - 1 - self.rank
+        return out
+
+    def by_lane(self, lanes: I64, copies: int = 1) -> I64:
+        """Rows (of ``copies`` stacked copies of the column, lanes given for all of them) sorted by (lane, value);
+        a lane draws its rows from one copy only."""
+        n = len(self.order)
+        in_value_order = np.concatenate([self.order + c * n for c in range(copies)])
+        small = lanes.astype(np.uint16) if len(lanes) and int(lanes.max()) < 1 << 16 else lanes
+        return in_value_order[np.argsort(small[in_value_order], kind="stable")]  # radix sort on small lanes
+
+
+class _RankedKeys:
+    """Sorted (lane, y) pairs as one int64 key each, ``lane * (U + 1) + rank(y)``: a per-lane binary search is one
+    ``searchsorted`` for any number of lanes, exact for any int64 ``y`` (ranks, not values, enter the key)."""
+
+    def __init__(self, lanes: I64, ranks: I64, values: I64) -> None:
+        """``lanes`` and the ``ranks`` of y in ``values`` (sorted, distinct), sorted by (lane, y)."""
+        self.lanes = lanes
+        self.values = values
+        self.stride = len(values) + 1
+        self.keys = lanes * self.stride + ranks
+
+    def count_at_most(self, lanes: I64, q: I64 | int) -> I64:
+        """The index one past the last (lane, y <= q) of each lane: where that lane's y > q begins (``q`` one
+        bound per lane, or one for all: then it is ranked once)."""
+        rank = np.searchsorted(self.values, q, "right") - 1  # the rank of the largest value <= q (-1: none)
+        return np.searchsorted(self.keys, lanes * self.stride + rank, "right")
+
+
+SCAN_BLOCK = 64
+
+
+def _decayed_scan(lanes: I64, ys: I64, w: F64, k: float) -> F64:
+    """S_i = Σ_{j <= i, same lane} w_j exp(-k (y_i - y_j)) for (lane, y)-sorted points.
+
+    Blocks of ``SCAN_BLOCK`` points are scanned by doubling (``S_i += S_{i-d} exp(-k (y_i - y_{i-d}))``,
+    d = 1, 2, 4, ...), all blocks at once as the rows of a matrix; the blocks' last sums are then
+    scanned the same way (recursively) and carried into the next block. Only non-negative terms
+    times factors in (0, 1] are ever added: nothing overflows or cancels.
+    """
+    n = len(ys)
+    if n == 0:
+        return np.zeros(0)
+    change = np.r_[True, lanes[1:] != lanes[:-1]]
+    since = np.arange(n) - np.flatnonzero(change)[np.cumsum(change) - 1]  # the position within the lane
+    rows = -(-n // SCAN_BLOCK)
+    pad = rows * SCAN_BLOCK - n
+    s2 = np.r_[w, np.zeros(pad)].reshape(rows, SCAN_BLOCK)
+    y2 = np.r_[ys, np.full(pad, ys[-1])].reshape(rows, SCAN_BLOCK)
+    since2 = np.r_[since, np.zeros(pad, np.int64)].reshape(rows, SCAN_BLOCK)
+    d = 1
+    while d < SCAN_BLOCK:
+        ok = since2[:, d:] >= d
+        gap = np.where(ok, y2[:, d:] - y2[:, :-d], 0).astype(np.float64)
+        s2[:, d:] += np.where(ok, s2[:, :-d] * np.exp(-k * gap), 0.0)
+        d *= 2
+    sums: F64 = s2.reshape(-1)[:n]
+    if rows == 1:
+        return sums
+    lasts = np.minimum(np.arange(1, rows + 1) * SCAN_BLOCK, n) - 1
+    carried = _decayed_scan(lanes[lasts], ys[lasts], sums[lasts].copy(), k)  # the full sum at each block's end
+    block = np.arange(n) // SCAN_BLOCK
+    prev = np.where(block > 0, lasts[np.maximum(block - 1, 0)], 0)
+    joined = (block > 0) & (lanes[prev] == lanes)  # the lane runs on from the previous block
+    gap = np.where(joined, ys - ys[prev], 0).astype(np.float64)
+    return np.asarray(sums + np.where(joined, carried[np.maximum(block - 1, 0)] * np.exp(-k * gap), 0.0),
+                      dtype=np.float64)
+
+
+class _DecayedSums:
+    """Per lane, points y with weights w: answers Σ_{y_j <= q} w_j exp(-k (q - y_j)) for many lanes at once.
+
+    The running sums ``S_i`` come from :func:`_decayed_scan`; a query is ``S_i exp(-k (q - y_i))`` at the
+    last y_i <= q of the lane.
+    """
+
+    def __init__(self, lanes: I64, ys: I64, weights: F64, k: float, ranking: _Ranking) -> None:
+        """Two stacked copies of a column ``ys`` (ranked by ``ranking``), with their ``lanes`` and weights."""
+        order = ranking.by_lane(lanes, copies=2)
+        self.lanes, self.ys = lanes[order], ys[order]
+        self.k = k
+        self.sums = _decayed_scan(self.lanes, self.ys, np.asarray(weights[order], dtype=np.float64), k)
+        self.search = _RankedKeys(self.lanes, np.r_[ranking.rank, ranking.rank][order], ranking.values)
+
+    def at(self, lanes: I64, q: int) -> F64:
+        """Σ_{y_j <= q} w_j exp(-k (q - y_j)) over each lane ``lanes[i]``."""
+        if len(self.ys) == 0:
+            return np.zeros(len(lanes))
+        idx = self.search.count_at_most(lanes, q) - 1
+        safe = np.maximum(idx, 0)
+        found = (idx >= 0) & (self.lanes[safe] == lanes)
+        gap = np.where(found, q - self.ys[safe], 0).astype(np.float64)  # >= 0; int64 holds it: bounds are ±2^62
+        return np.where(found, self.sums[safe] * np.exp(-self.k * gap), 0.0)
+
+
+class ClusterCostIndex:
+    """Every server's summed cost of a segment in one pass; exact, built in bulk, updated through a small delta."""
+
+    def __init__(self, servers: Sequence[str], starts: I64, ends: I64, server_of: I64, source_of: I64,
+                 sources: Sequence[str], segments: Sequence[SegmentDescriptor],
+                 model: CostModel | None = None) -> None:
+        """Columns of equal length, one row per (server, segment): the bulk path, from arrays.
+
+        ``server_of``/``source_of`` index ``servers``/``sources``; ``segments`` are the rows' descriptors
+        (read only to tell a segment from another with the same interval). A server's rows are distinct
+        segments, as a placement is.
+        """
+        n = len(starts)
+        if not (len(ends) == len(server_of) == len(source_of) == len(segments) == n):
+            raise ValueError("index columns: starts, ends, server_of, source_of and segments differ in length")
+        if n and bool(np.any(ends <= starts)):
+            bad = int(np.flatnonzero(ends <= starts)[0])
+            raise ValueError(f"index columns: row {bad} has an empty interval [{starts[bad]}, {ends[bad]})")
+        self.model = model or CostModel()
+        self.servers = tuple(servers)
+        self._server_at = {name: i for i, name in enumerate(self.servers)}
+        self.sources = list(sources)
+        self._source_at = {name: i for i, name in enumerate(self.sources)}
+        self.starts, self.ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+        self.server_of, self.source_of = np.asarray(server_of, np.int64), np.asarray(source_of, np.int64)
+        self.segments = segments
+        lam = self.model.lam
+        k = lam / MILLIS_PER_HOUR
+        weights = -np.expm1(-k * (self.ends - self.starts).astype(np.float64))
+        m = len(self.servers)
+        all_lanes, same_lanes = self.server_of, m + self.source_of * m + self.server_of
+        lanes = np.r_[all_lanes, same_lanes]
+        by_start, by_end = _Ranking(self.starts), _Ranking(self.ends)
+        self._left = _DecayedSums(lanes, np.r_[self.ends, self.ends], np.r_[weights, weights], k, by_end)
+        self._right = _DecayedSums(lanes, -np.r_[self.starts, self.starts], np.r_[weights, weights], k,
+                                   by_start.negated())
+        # b < 2^c for c the binary exponent of float(b) (rounding is monotone): Y overlaps [s, t) only if y0 > s - 2^c
+        length_class = np.frexp((self.ends - self.starts).astype(np.float64))[1].astype(np.int64)
+        self._by_class = by_start.by_lane(length_class)
+        self._classes = np.unique(length_class)
+        self._class_search = _RankedKeys(length_class[self._by_class], by_start.rank[self._by_class], by_start.values)
+        self._by_server = by_start.by_lane(self.server_of)
+        self._server_search = _RankedKeys(self.server_of[self._by_server], by_start.rank[self._by_server],
+                                          by_start.values)
+        self._live = np.ones(n, dtype=bool)
+        self._removed: list[int] = []
+        self._added: list[tuple[int, SegmentDescriptor]] = []
+
+    @classmethod
+    def build(cls, placement: Mapping[str, Iterable[SegmentDescriptor]],
+              model: CostModel | None = None) -> ClusterCostIndex:
+        """The index of ``{server: its distinct segments}`` (servers in name order)."""
+        servers = sorted(placement)
+        held = [list(placement[name]) for name in servers]
+        segments = [seg for group in held for seg in group]
+        n = len(segments)
+        source_at: dict[str, int] = {}
+        source_of = np.fromiter((source_at.setdefault(seg.data_source, len(source_at)) for seg in segments),
+                                np.int64, n)
+        starts = np.fromiter((seg.interval.start for seg in segments), np.int64, n)
+        ends = np.fromiter((seg.interval.end for seg in segments), np.int64, n)
+        server_of = np.repeat(np.arange(len(servers), dtype=np.int64), [len(group) for group in held])
+        return cls(servers, starts, ends, server_of, source_of, list(source_at), segments, model)
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(self._live)) + len(self._added)
+
+    # -- queries -----------------------------------------------------------------
+    def costs_of(self, segment: SegmentDescriptor) -> F64:
+        """Σ cost(segment, y) over each server's segments y (in :attr:`servers` order), the segment itself excluded."""
+        s, t = segment.interval.start, segment.interval.end
+        m = len(self.servers)
+        lam = self.model.lam
+        k = lam / MILLIS_PER_HOUR
+        factor = self.model.same_source_factor
+        source = self._source_at.get(segment.data_source, -1)
+        servers = np.arange(m, dtype=np.int64)
+        lanes = servers if source < 0 else np.r_[servers, m + source * m + servers]
+        left = self._left.at(lanes, s)
+        right = self._right.at(lanes, -t)
+        far = left + right
+        if source >= 0:
+            far = far[:m] + (factor - 1.0) * far[m:]
+        total = (-math.expm1(-k * (t - s)) / (lam * lam)) * far
+        rows = self._overlapping(s, t)
+        if len(rows):
+            same = self.source_of[rows] == source
+            values = costs(segment.interval, self.starts[rows], self.ends[rows], same, self.model)
+            self._mask_self(values, rows, segment, s, t, source)
+            total = total + np.bincount(self.server_of[rows], weights=values, minlength=m)
+        if self._removed or self._added:
+            total = self._apply_delta(total, segment)
+        return np.asarray(total, dtype=np.float64)
+
+    def cheapest(self, segment: SegmentDescriptor, candidates: Iterable[str] | None = None) -> str | None:
+        """The candidate server (all servers by default) where ``segment`` costs least; ties go to the first name."""
+        values = self.costs_of(segment)
+        if candidates is not None:
+            mask = np.zeros(len(self.servers), dtype=bool)
+            picked = [self._server_at[name] for name in candidates if name in self._server_at]
+            mask[picked] = True
+            values = np.where(mask, values, np.inf)
+        if not len(values) or not np.isfinite(values).any():
+            return None
+        return self.servers[int(np.argmin(values))]
+
+    def _overlapping(self, s: int, t: int) -> I64:
+        """Rows (live, static) of segments with y0 < t and y1 > s."""
+        if not len(self._classes):
+            return np.zeros(0, np.int64)
+        lower = np.array([max(s - (1 << c), -(1 << 63)) for c in self._classes.tolist()], np.int64)
+        first = self._class_search.count_at_most(self._classes, lower)
+        stop = self._class_search.count_at_most(self._classes, t - 1)
+        lengths = stop - first
+        total = int(lengths.sum())
+        if total == 0:
+            return np.zeros(0, np.int64)
+        offsets = np.repeat(first - (np.cumsum(lengths) - lengths), lengths)
+        rows = self._by_class[offsets + np.arange(total)]
+        keep = (self.ends[rows] > s) & self._live[rows]
+        return rows[keep]
+
+    def _mask_self(self, values: F64, rows: I64, segment: SegmentDescriptor, s: int, t: int, source: int) -> None:
+        candidates = np.flatnonzero((self.starts[rows] == s) & (self.ends[rows] == t)
+                                    & (self.source_of[rows] == source))
+        for i in candidates.tolist():
+            if self.segments[int(rows[i])].id == segment.id:
+                values[i] = 0.0  # masked, not subtracted
+
+    # -- updates -----------------------------------------------------------------
+    def _row(self, k: int, segment_id: SegmentId) -> int | None:
+        """The live static row of ``segment_id`` on server ``k``, found by a binary search on (server, start)."""
+        start = segment_id.interval.start
+        lanes = np.array([k, k], np.int64)
+        lo, hi = self._server_search.count_at_most(lanes, np.array([start - 1, start], np.int64)).tolist()
+        for i in range(lo, hi):
+            row = int(self._by_server[i])
+            if self._live[row] and self.segments[row].id == segment_id:
+                return row
+        return None
+
+    def holds(self, server: str, segment_id: SegmentId) -> bool:
+        k = self._server_at.get(server)
+        if k is None:
+            return False
+        return self._row(k, segment_id) is not None or any(
+            j == k and seg.id == segment_id for j, seg in self._added)
+
+    def add(self, server: str, segment: SegmentDescriptor) -> None:
+        """``server`` now holds ``segment`` (no-op when it already does)."""
+        if server not in self._server_at or segment.data_source not in self._source_at:
+            self._rebuild(extra=(server, segment))
+            return
+        if self.holds(server, segment.id):
+            return
+        self._added.append((self._server_at[server], segment))
+        self._maybe_rebuild()
+
+    def remove(self, server: str, segment_id: SegmentId) -> None:
+        """``server`` no longer holds the segment (no-op when it does not)."""
+        k = self._server_at.get(server)
+        if k is None:
+            return
+        for i, (j, seg) in enumerate(self._added):
+            if j == k and seg.id == segment_id:
+                del self._added[i]
+                return
+        row = self._row(k, segment_id)
+        if row is None:
+            return
+        self._live[row] = False
+        self._removed.append(row)
+        self._maybe_rebuild()
+
+    def _maybe_rebuild(self) -> None:
+        if len(self._added) + len(self._removed) > 1024 + len(self.starts) // 1000:
+            self._rebuild()
+
+    def _rebuild(self, extra: tuple[str, SegmentDescriptor] | None = None) -> None:
+        placement: dict[str, list[SegmentDescriptor]] = {name: [] for name in self.servers}
+        for row in np.flatnonzero(self._live).tolist():
+            placement[self.servers[int(self.server_of[row])]].append(self.segments[row])
+        for k, seg in self._added:
+            placement[self.servers[k]].append(seg)
+        if extra is not None:
+            placement.setdefault(extra[0], []).append(extra[1])
+        fresh = ClusterCostIndex.build(placement, self.model)
+        self.__dict__.update(fresh.__dict__)
+
+    def _apply_delta(self, total: F64, segment: SegmentDescriptor) -> F64:
+        m = len(self.servers)
+        source = self._source_at.get(segment.data_source, -1)
+        snapshot = total
+        rows = np.array(self._removed, np.int64)
+        s, t = segment.interval.start, segment.interval.end
+        rows = rows[(self.ends[rows] <= s) | (self.starts[rows] >= t)]  # overlapping ones were skipped, not summed
+        if len(rows):
+            values = costs(segment.interval, self.starts[rows], self.ends[rows], self.source_of[rows] == source,
+                           self.model)
+            total = total - np.bincount(self.server_of[rows], weights=values, minlength=m)
+            shaky = np.flatnonzero(total < CANCEL_GUARD * snapshot)
+            if len(shaky):  # the subtraction cancelled: those servers are summed again, exactly
+                total = total.copy()
+                for k in shaky.tolist():
+                    total[k] = self._static_brute(k, segment)
+        if self._added:
+            servers = np.array([k for k, _ in self._added], np.int64)
+            starts = np.array([seg.interval.start for _, seg in self._added], np.int64)
+            ends = np.array([seg.interval.end for _, seg in self._added], np.int64)
+            same = np.array([seg.data_source == segment.data_source for _, seg in self._added], dtype=bool)
+            values = costs(segment.interval, starts, ends, same, self.model)
+            for i, (_, seg) in enumerate(self._added):
+                if seg.id == segment.id:
+                    values[i] = 0.0
+            total = total + np.bincount(servers, weights=values, minlength=m)
+        return total
+
+    def _static_brute(self, k: int, segment: SegmentDescriptor) -> float:
+        rows = np.flatnonzero((self.server_of == k) & self._live)
+        source = self._source_at.get(segment.data_source, -1)
+        values = costs(segment.interval, self.starts[rows], self.ends[rows], self.source_of[rows] == source,
+                       self.model)
+        self._mask_self(values, rows, segment, segment.interval.start, segment.interval.end, source)
+        return float(np.sum(values))

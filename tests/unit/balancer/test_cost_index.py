@@ -1,0 +1,148 @@
+"""The cluster-wide cost index against the brute-force sum of every server, under adds, removes and any alignment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator.balancer.cost import CostModel
+from coordinator.balancer.cost_cache import ServerCostCache
+from coordinator.balancer.cost_index import ClusterCostIndex, _decayed_scan
+from coordinator.balancer.server_costs import ServerSegments
+from events import ETERNITY, Interval, SegmentDescriptor
+from events.segment import SegmentId
+from tests.unit.balancer.test_cost_cache import DAY, LENGTHS, T0, _close, _mixed
+
+SERVERS = ["h0", "h1", "h2", "h3"]
+
+
+def _brute(placement: dict[str, list[SegmentDescriptor]], model: CostModel | None = None) -> dict[str, ServerSegments]:
+    out = {}
+    for name, segments in placement.items():
+        out[name] = ServerSegments(model)
+        for s in segments:
+            out[name].add(s)
+    return out
+
+
+def _agree(index: ClusterCostIndex, brute: dict[str, ServerSegments], probe: SegmentDescriptor) -> None:
+    ours = index.costs_of(probe).tolist()
+    refs = [brute[name].cost_of(probe) if name in brute else 0.0 for name in index.servers]
+    assert all(_close(a, b) for a, b in zip(ours, refs, strict=True)), (probe, ours, refs)
+
+
+def test_agrees_with_brute_force_on_mixed_granularities() -> None:
+    """Hour/day/month aligned, unaligned 1 ms .. 10 years, "all time", 1970 .. 2200, five servers."""
+    segments = _mixed(4000, seed=31)
+    owners = np.random.default_rng(32).integers(0, 5, len(segments)).tolist()
+    placement = {f"s{k}": [s for s, o in zip(segments, owners, strict=True) if o == k] for k in range(5)}
+    index, brute = ClusterCostIndex.build(placement), _brute(placement)
+    for probe in [*segments[::23], SegmentDescriptor("new", ETERNITY, "v"),
+                  SegmentDescriptor("ds1", Interval(T0, T0 + 1), "v")]:
+        _agree(index, brute, probe)
+
+
+def test_the_model_is_honoured() -> None:
+    segments = _mixed(500, seed=41)
+    model = CostModel(half_life_hours=6.0, same_source_factor=3.0)
+    placement = {"a": segments[::2], "b": segments[1::2]}
+    index, brute = ClusterCostIndex.build(placement, model), _brute(placement, model)
+    for probe in segments[::17]:
+        _agree(index, brute, probe)
+
+
+_lengths = st.one_of(st.sampled_from(LENGTHS), st.integers(1, 3 * DAY))
+_segment = st.builds(
+    lambda ds, off, length, v: SegmentDescriptor(f"ds{ds}", Interval(T0 + off, T0 + off + length), f"v{v}"),
+    st.integers(0, 2), st.integers(-200 * DAY, 200 * DAY), _lengths, st.integers(0, 3))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(SERVERS), st.booleans(), _segment), min_size=1, max_size=40),
+       st.integers(0, 40), _segment)
+def test_any_history_of_adds_and_removes(history: list[tuple[str, bool, SegmentDescriptor]], built_after: int,
+                                         probe: SegmentDescriptor) -> None:
+    """The index built in bulk from a history's first part, then updated through its delta, always agrees."""
+    placement: dict[str, dict[SegmentId, SegmentDescriptor]] = {name: {} for name in SERVERS}
+    index: ClusterCostIndex | None = None
+    for step, (server, remove, s) in enumerate(history):
+        if step == built_after:
+            index = ClusterCostIndex.build({n: list(v.values()) for n, v in placement.items()})
+        if remove and s.id in placement[server]:
+            del placement[server][s.id]
+            if index is not None:
+                index.remove(server, s.id)
+        else:
+            placement[server].setdefault(s.id, s)
+            if index is not None:
+                index.add(server, s)
+        if index is not None:
+            brute = _brute({n: list(v.values()) for n, v in placement.items()})
+            _agree(index, brute, probe)
+            assert all(index.holds(n, sid) for n, v in placement.items() for sid in v)
+            assert len(index) == sum(len(v) for v in placement.values())
+
+
+def test_a_cancelling_delta_is_recomputed_exactly() -> None:
+    """Removing every segment near the probe leaves only a far one, 1e-18 of what was removed: the guard sums
+    that server again rather than trusting a difference of two large sums (which would be off by ~1e-4)."""
+    near = [SegmentDescriptor("ds", Interval(T0 + i * 1000, T0 + i * 1000 + 999), f"v{i}") for i in range(500)]
+    far = SegmentDescriptor("ds", Interval(T0 + 60 * DAY, T0 + 60 * DAY + 1000), "far")
+    index = ClusterCostIndex.build({"a": [*near, far], "b": near})
+    for s in near:
+        index.remove("a", s.id)
+    probe = SegmentDescriptor("ds", Interval(T0 - 1000, T0 - 1), "probe")
+    _agree(index, _brute({"a": [far], "b": near}), probe)
+
+
+def test_the_delta_is_folded_into_a_rebuild() -> None:
+    segments = _mixed(3000, seed=51)
+    index = ClusterCostIndex.build({"a": segments[:100], "b": []})
+    for s in segments[100:]:
+        index.add("b", s)
+    assert len(index) == 3000 and len(index._added) <= 1024 + 3  # 2900 adds: folded into a rebuild on the way
+    _agree(index, _brute({"a": segments[:100], "b": segments[100:]}), segments[7])
+
+
+def test_cheapest_agrees_with_the_per_server_caches() -> None:
+    segments = _mixed(2000, seed=61)
+    owners = np.random.default_rng(62).integers(0, 6, len(segments)).tolist()
+    placement = {f"s{k}": [s for s, o in zip(segments, owners, strict=True) if o == k] for k in range(6)}
+    caches = {}
+    for name, held in placement.items():
+        caches[name] = ServerCostCache()
+        caches[name].extend(held)
+    index = ClusterCostIndex.build(placement)
+    for probe in segments[::41]:
+        expected = min(sorted(caches), key=lambda n: caches[n].cost_of(probe))
+        assert index.cheapest(probe) == expected
+        assert index.cheapest(probe, ["s2", "s4"]) == min(["s2", "s4"], key=lambda n: caches[n].cost_of(probe))
+    assert index.cheapest(segments[0], []) is None
+
+
+def test_the_decayed_scan_matches_its_definition() -> None:
+    """Over 64² points, so the blocks' carries are themselves scanned in blocks (two levels)."""
+    n = 6000
+    rng = np.random.default_rng(71)
+    lanes = np.sort(rng.integers(0, 3, n)).astype(np.int64)
+    ys = np.zeros(n, np.int64)
+    for lane in range(3):
+        at = lanes == lane
+        ys[at] = np.sort(rng.integers(-10**10, 10**10, int(at.sum())))
+    w, k = rng.random(n), 3e-9
+    got = _decayed_scan(lanes, ys, w, k)
+    for i in range(0, n, 37):
+        same = (lanes == lanes[i]) & (np.arange(n) <= i)
+        ref = float(np.sum(w[same] * np.exp(-k * (ys[i] - ys[same]).astype(np.float64))))
+        assert got[i] == pytest.approx(ref, rel=1e-13)
+
+
+def test_errors_name_the_problem() -> None:
+    one = np.array([0], np.int64)
+    seg = SegmentDescriptor("ds", Interval(T0, T0 + 1), "v")
+    with pytest.raises(ValueError, match="differ in length"):
+        ClusterCostIndex(["a"], one, one + 1, one, one, ["ds"], [])
+    with pytest.raises(ValueError, match="row 0 has an empty interval"):
+        ClusterCostIndex(["a"], one, one, one, one, ["ds"], [seg])

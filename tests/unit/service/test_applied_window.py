@@ -1,0 +1,65 @@
+"""The applied-id set of an agent's store keeps a bounded window (issue 16: the dedupe id sets grew for ever).
+
+A long run (many batches of fresh ids, on a real RocksDB store) keeps the number of stored ids flat at the
+window's ``max_ids``; ids older than ``max_age_ms`` (log time) are forgotten; recent ids are still recognised
+as duplicates; the window survives a reopen. Counted by stored keys, never by time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streaming.service.state import APPLIED_PREFIX, AgentStateStore, AppliedWindow
+
+
+def _stored(store: AgentStateStore) -> int:
+    return len(store.scan_raw(APPLIED_PREFIX))
+
+
+def test_a_long_run_keeps_the_store_flat_at_the_count_window(tmp_path: Path) -> None:
+    window = AppliedWindow(max_ids=500, max_age_ms=10**12)
+    sizes = []
+    with AgentStateStore(tmp_path / "s", "test/1", window) as store:
+        for b in range(200):  # 20 000 ids, 40 times the window
+            batch = store.batch()
+            for i in range(100):
+                batch.mark_applied(f"e{b}-{i}", 1_000 + b)
+            batch.set_offset("t", 0, (b + 1) * 100)
+            store.commit(batch)
+            sizes.append(_stored(store))
+        assert max(sizes) <= 500 and min(sizes[10:]) >= 300  # flat: between 3/5 and all of the window
+        assert store.applied("e199-99") and store.applied("e197-0") and not store.applied("e0-0")
+        assert store.applied_count == sizes[-1]
+    with AgentStateStore(tmp_path / "s", "test/1", window) as store:  # the window survives a reopen
+        assert store.applied_count == sizes[-1] == _stored(store)
+        assert store.offsets() == {("t", 0): 20_000}
+
+
+def test_generations_older_than_the_time_window_are_forgotten_recent_ones_kept(tmp_path: Path) -> None:
+    window = AppliedWindow(max_ids=3, max_age_ms=60_000)  # one id per generation, never too many: age decides
+    with AgentStateStore(tmp_path / "s", "test/1", window) as store:
+        for at, name in ((1_000_000, "old"), (1_070_000, "mid"), (1_100_000, "new")):
+            batch = store.batch()
+            batch.mark_applied(name, at)
+            store.commit(batch)
+        assert not store.applied("old") and store.applied("mid") and store.applied("new")
+        batch = store.batch()
+        batch.mark_applied("untimed")  # no timestamp: counted at the newest time known
+        store.commit(batch)
+        assert store.applied("untimed") and store.newest_applied_at == 1_100_000
+
+
+def test_marking_an_id_twice_in_one_batch_counts_it_once(tmp_path: Path) -> None:
+    with AgentStateStore(tmp_path / "s", "test/1", AppliedWindow(max_ids=3)) as store:
+        batch = store.batch()
+        batch.mark_applied("same", 5)
+        batch.mark_applied("same", 6)
+        store.commit(batch)
+        assert store.applied_count == 1 and _stored(store) == 1
+
+
+def test_a_window_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_ids and max_age_ms must be positive"):
+        AppliedWindow(max_ids=0)
