@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from events.limits import MAX_RULES_PER_DATA_SOURCE
 from events.registry import Event, event_type
 from events.schema import JsonObject, wire
 from events.topics import CLUSTER
@@ -68,7 +69,7 @@ class RulesSet(Event):
     """``dataSource`` is a data source name or ``_default``."""
 
     data_source: str = wire("dataSource")
-    rules: tuple[JsonObject, ...] = wire("rules")
+    rules: tuple[JsonObject, ...] = wire("rules", max_items=MAX_RULES_PER_DATA_SOURCE)
 
 
 @event_type("dynamic_config_set", topic=CLUSTER)

@@ -13,7 +13,7 @@ Invariants:
   payloads are upcast first; a newer version than this build knows is refused.
 - ``decode`` raises :class:`~events.schema.EventValidationError` naming the
   offending field (``payload.segments[0].interval``) and never anything else
-  for bad bytes.
+  for bad bytes; a message over :data:`~events.limits.MAX_EVENT_BYTES` is refused unparsed.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import orjson
 
 from events.compiled import compile_envelope_decoder
 from events.instant import format_instant
+from events.limits import MAX_EVENT_BYTES
 from events.registry import Event, event_class, upcast
 from events.schema import FAIL, EventValidationError, Instant, decode_instant, decode_record, encode_record
 
@@ -91,6 +92,8 @@ def decode(data: bytes | bytearray | memoryview | str | None) -> Envelope[Event]
         raise EventValidationError("value", None, "message has no value (tombstone)")
     if not isinstance(data, bytes | bytearray | memoryview | str):  # a null cell of a data frame: NaN
         raise EventValidationError("value", repr(data)[:80], "message has no value (tombstone) or is not bytes")
+    if len(data) > MAX_EVENT_BYTES:
+        raise EventValidationError("value", f"{len(data)} bytes", f"an event may hold at most {MAX_EVENT_BYTES} bytes")
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:

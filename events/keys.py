@@ -34,6 +34,7 @@ from events.segments import (
     SegmentsPublished,
     SegmentUnannounced,
 )
+from events.tasks import SegmentsImportRequested
 from events.upserts import ConsolidationRequested, UpsertConsolidationAsked, UpsertTableSet
 
 
@@ -51,7 +52,7 @@ def partition_key(event: Event) -> str | None:
         return f"upserts/{event.table}"
     if isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad):
         return event.server
-    if isinstance(event, SegmentsPublished | SegmentsMarkedUsed):
+    if isinstance(event, SegmentsPublished | SegmentsMarkedUsed | SegmentsImportRequested):
         return event.segments[0].data_source
     if isinstance(event, SegmentAnnounced):
         return event.segment.data_source

@@ -162,3 +162,24 @@ class TaskDeregistered(Event):
 
     task_id: str = wire("taskId")
     status: TaskStatus = wire("status")
+
+
+@event_type("segments_imported", topic=LOCKS)
+@dataclass(frozen=True, slots=True)
+class SegmentsImported(Event):
+    """Segments imported from outside (an existing Druid's metadata), checked and committed by the lockbox.
+
+    ``alreadyImported``: every segment was already committed with exactly these contents; nothing changes.
+    """
+
+    request_id: str = wire("requestId")
+    segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True)
+    source: str = wire("source", allow_empty=True)
+    already_imported: bool | None = wire("alreadyImported", None)
+
+
+@event_type("segments_import_rejected", topic=LOCKS)
+@dataclass(frozen=True, slots=True)
+class SegmentsImportRejected(Event):
+    request_id: str = wire("requestId")
+    reason: str = wire("reason")

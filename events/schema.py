@@ -62,14 +62,16 @@ def wire(
     allow_empty: bool = False,
     minimum: int | None = None,
     non_empty: bool = False,
+    max_items: int | None = None,
 ) -> Any:
     """Declare a record field with its stable wire name.
 
     ``allow_empty`` lets a string be ``""``; ``minimum`` bounds an int;
-    ``non_empty`` requires a tuple to hold at least one item; ``minimum`` on a
-    tuple of ints bounds each item.
+    ``non_empty`` requires a tuple to hold at least one item; ``max_items`` bounds
+    its length (:mod:`events.limits`); ``minimum`` on a tuple of ints bounds each item.
     """
-    meta = {"wire": name, "allow_empty": allow_empty, "minimum": minimum, "non_empty": non_empty}
+    meta = {"wire": name, "allow_empty": allow_empty, "minimum": minimum, "non_empty": non_empty,
+            "max_items": max_items}
     if default is _MISSING:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -157,12 +159,15 @@ def _converters(tp: Any, meta: Mapping[str, Any]) -> tuple[Decoder, Encoder]:
             raise TypeError(f"only tuple[X, ...] is supported, not {tp}")
         item_decode, item_encode = _converters(args[0], {"minimum": meta.get("minimum")})
         non_empty = bool(meta.get("non_empty"))
+        max_items = meta.get("max_items")
 
         def decode_tuple(v: Any, path: str) -> Any:
             if not isinstance(v, list):
                 raise EventValidationError(path, v, "must be a JSON array")
             if non_empty and not v:
                 raise EventValidationError(path, v, "must not be empty")
+            if max_items is not None and len(v) > max_items:
+                raise EventValidationError(path, f"{len(v)} items", f"must hold at most {max_items} items")
             return tuple(item_decode(x, f"{path}[{i}]") for i, x in enumerate(v))
 
         def encode_tuple(v: Any) -> Any:

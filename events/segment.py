@@ -19,6 +19,7 @@ from typing import Any
 
 from events.instant import InstantError, parse_instant
 from events.interval import Interval
+from events.limits import MAX_PARTITION_REFERENCES
 from events.schema import EventValidationError, JsonObject, JsonValue, wire
 from events.upserts import UpsertPartition
 
@@ -119,8 +120,9 @@ class SegmentDescriptor:
     version: str = wire("version")
     partition_id: int = wire("partitionId", 0, minimum=0)
     size: int = wire("size", 0, minimum=0)
-    overshadowed_segments: tuple[int, ...] = wire("overshadowedSegments", (), minimum=0)
-    atomic_update_group: tuple[int, ...] = wire("atomicUpdateGroup", (), minimum=0)
+    overshadowed_segments: tuple[int, ...] = wire("overshadowedSegments", (), minimum=0,
+                                                  max_items=MAX_PARTITION_REFERENCES)
+    atomic_update_group: tuple[int, ...] = wire("atomicUpdateGroup", (), minimum=0, max_items=MAX_PARTITION_REFERENCES)
     load_spec: JsonObject | None = wire("loadSpec", None)
     shard_spec: JsonObject | None = wire("shardSpec", None)
     dimensions: JsonValue | None = wire("dimensions", None)
@@ -178,3 +180,11 @@ class SegmentDescriptor:
     def _check(self, path: str) -> None:
         if self.interval.is_empty():
             raise EventValidationError(f"{path}.interval", self.interval.iso(), "a segment interval must not be empty")
+        spec = self.overwrite_spec
+        if spec is not None:  # Druid's ids: roots in [0, 32768), minor version and group size are shorts
+            start, end, minor, size = spec
+            if not (0 <= start < end <= OVERWRITE_PARTITION_START and 0 <= minor < 1 << 15 and 0 < size < 1 << 15):
+                raise EventValidationError(
+                    f"{path}.shardSpec", dict(self.shard_spec or {}),
+                    f"a numbered_overwrite spec needs 0 <= startRootPartitionId < endRootPartitionId <= "
+                    f"{OVERWRITE_PARTITION_START}, 0 <= minorVersion < 32768 and 0 < atomicUpdateGroupSize < 32768")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from events.limits import MAX_SEGMENT_IDS
 from events.registry import Event, event_type
 from events.schema import JsonValue, wire
 from events.segment import SegmentDescriptor
@@ -13,16 +14,25 @@ from events.topics import SEGMENTS
 @event_type("segments_published", topic=SEGMENTS)
 @dataclass(frozen=True, slots=True)
 class SegmentsPublished(Event):
+    """Segments that became used: the twin of a lockbox decision (``publish_accepted`` or ``segments_imported``).
+
+    ``decisionId`` is the event id of that decision on ``locks``; ``seal`` is the coordinator's HMAC over this
+    envelope (see :mod:`coordinator.locks.seal`). The timeline and planner take a publish only when its seal
+    verifies; anything else is dead-lettered (docs/security.md).
+    """
+
     task_id: str = wire("taskId")
     segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True)
     start_metadata: JsonValue | None = wire("startMetadata", None)
     end_metadata: JsonValue | None = wire("endMetadata", None)
+    decision_id: str | None = wire("decisionId", None)
+    seal: str | None = wire("seal", None)
 
 
 @event_type("segments_marked_unused", topic=SEGMENTS)
 @dataclass(frozen=True, slots=True)
 class SegmentsMarkedUnused(Event):
-    segment_ids: tuple[str, ...] = wire("segmentIds", non_empty=True)
+    segment_ids: tuple[str, ...] = wire("segmentIds", non_empty=True, max_items=MAX_SEGMENT_IDS)
     reason: str = wire("reason", allow_empty=True)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from events.interval import Interval
+from events.limits import MAX_PARTITIONS_PER_LOCK_REQUEST, MAX_SEGMENTS_PER_REQUEST
 from events.registry import Event, Payload, event_type, upcaster
 from events.schema import Instant, JsonValue, wire
 from events.segment import SegmentDescriptor
@@ -54,7 +55,8 @@ class LockRequested(Event):
     granularity: LockGranularity = wire("granularity")
     lock_type: LockType = wire("lockType")
     priority: int | None = wire("priority", None)
-    partition_ids: tuple[int, ...] | None = wire("partitionIds", None, minimum=0)
+    partition_ids: tuple[int, ...] | None = wire("partitionIds", None, minimum=0,
+                                                 max_items=MAX_PARTITIONS_PER_LOCK_REQUEST)
     mode: LockMode | None = wire("mode", None)
     timeout_ms: int | None = wire("timeoutMs", None, minimum=0)
     version: str | None = wire("version", None)
@@ -100,7 +102,7 @@ class PublishRequested(Event):
 
     request_id: str = wire("requestId")
     task_id: str = wire("taskId")
-    segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True)
+    segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True, max_items=MAX_SEGMENTS_PER_REQUEST)
     start_metadata: JsonValue | None = wire("startMetadata", None)
     end_metadata: JsonValue | None = wire("endMetadata", None)
     kind: PublishKind | None = wire("kind", None)
@@ -130,3 +132,16 @@ def task_finished_v1_to_v2(payload: Payload) -> Payload:
     out = {k: v for k, v in payload.items() if k != "success"}
     out["status"] = "success" if success else "failed"
     return out
+
+
+@event_type("segments_import_requested", topic=LOCK_REQUESTS)
+@dataclass(frozen=True, slots=True)
+class SegmentsImportRequested(Event):
+    """An operator's import of segments that exist outside (``segcoord segments import FILE.json``).
+
+    One data source per request; the lockbox answers ``segments_imported`` or ``segments_import_rejected``.
+    """
+
+    request_id: str = wire("requestId")
+    segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True, max_items=MAX_SEGMENTS_PER_REQUEST)
+    source: str = wire("source", allow_empty=True)

@@ -9,6 +9,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from events.topics import TOPIC_SPECS, Topics
+from streaming import credentials
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,9 @@ def create_topics(
     """Create every topic of the design (``overrides`` maps logical names to partition counts).
 
     Event logs keep their whole history; ``snapshots`` is compacted. Topics that
-    already exist are left as they are and reported as ``exists``.
+    already exist are left as they are and reported as ``exists``. With ``replication`` > 1 every topic
+    gets ``min.insync.replicas = replication - 1`` (3 replicas: 2), so with the producers' ``acks=all`` an
+    acknowledged record is on two nodes and one node may be down without stopping writes.
     """
     overrides = dict(overrides or {})
     unknown = set(overrides) - {s.name for s in TOPIC_SPECS}
@@ -38,13 +41,13 @@ def create_topics(
         raise ValueError(f"unknown topic(s) in partition overrides: {', '.join(sorted(unknown))}")
     if partitions < 1 or any(n < 1 for n in overrides.values()):
         raise ValueError("partition counts must be at least 1")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(credentials.client_config(bootstrap))
     wanted = [
         NewTopic(
             topics.name(s.name),
             num_partitions=overrides.get(s.name, partitions),
             replication_factor=replication,
-            config=s.configs(),
+            config={**s.configs(), **({"min.insync.replicas": str(replication - 1)} if replication > 1 else {})},
         )
         for s in TOPIC_SPECS
     ]
@@ -64,7 +67,7 @@ def create_topics(
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> None:
     """Create one topic by its physical name (tests and tools); an existing topic is fine."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(credentials.client_config(bootstrap))
     fut = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
                                         config=dict(config or {}))])[name]
     try:

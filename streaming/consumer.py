@@ -28,6 +28,7 @@ from events.ids import derived_event_id
 from events.registry import Event
 from events.schema import EventValidationError, Instant
 from events.topics import Topics
+from streaming import credentials
 from streaming.producer import EventProducer
 
 
@@ -61,7 +62,7 @@ class EventConsumer:
         self._own_producer = deadletters is None
         self._dlq = deadletters or EventProducer(bootstrap, topics)
         self._consumer = Consumer({
-            "bootstrap.servers": bootstrap,
+            **credentials.client_config(bootstrap),
             "group.id": group_id,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest" if from_beginning else "latest",

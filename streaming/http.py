@@ -28,6 +28,12 @@ segments``                                                  objects (404 when th
 ``GET /metrics``                                            Prometheus text (:mod:`streaming.metrics`)
 ==========================================================  ===============================================
 
+**Authentication** (:class:`HttpAuth`, docs/security.md): every write (POST) needs a bearer token
+(``Authorization: Bearer <SEGCOORD_HTTP_TOKEN>``) or basic auth (``SEGCOORD_HTTP_BASIC=user:password``);
+with neither configured, writes are refused (403) rather than open. ``SEGCOORD_HTTP_AUTH_READS=1`` requires
+the same for reads; ``/status/health`` is always open. ``--http :PORT`` binds to 127.0.0.1; give the host
+(``0.0.0.0:PORT``) to listen elsewhere. Missing or wrong credentials: 401 with ``WWW-Authenticate``.
+
 Errors are Druid's JSON error: ``{"error": "druidException", "errorCode", "persona", "category",
 "errorMessage", "context"}`` with 400 (bad input), 404 (unknown path or data source) or 405.
 """
@@ -35,10 +41,14 @@ Errors are Druid's JSON error: ``{"error": "druidException", "errorCode", "perso
 from __future__ import annotations
 
 import asyncio
+import base64
+import hmac
 import logging
+import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
@@ -75,7 +85,8 @@ Send = Callable[[Event], None]  # produce one event and wait for the broker's ac
 
 
 def druid_error(status: int, message: str, code: str = "invalidInput") -> web.Response:
-    category = {400: "INVALID_INPUT", 404: "NOT_FOUND", 405: "UNSUPPORTED"}.get(status, "RUNTIME_FAILURE")
+    category = {400: "INVALID_INPUT", 401: "UNAUTHORIZED", 403: "FORBIDDEN", 404: "NOT_FOUND",
+                405: "UNSUPPORTED"}.get(status, "RUNTIME_FAILURE")
     body = {"error": "druidException", "errorCode": code, "persona": "USER", "category": category,
             "errorMessage": message, "context": {}}
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
@@ -110,9 +121,67 @@ async def _errors(request: web.Request, handler: Callable[[web.Request], Awaitab
         return druid_error(405, f"{request.method} is not allowed on {request.path}", "unsupportedMethod")
 
 
-def build_web_app(source: PlacementSource, send: Send, metrics: ServiceMetrics | None = None) -> web.Application:
-    """The aiohttp application of the module docstring."""
-    app = web.Application(middlewares=[_errors])
+@dataclass(frozen=True, slots=True)
+class HttpAuth:
+    """Who may write (and, with ``reads``, read): a bearer token and/or basic credentials."""
+
+    token: str | None = None
+    basic: tuple[str, str] | None = None
+    reads: bool = False
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> HttpAuth:
+        env = os.environ if environ is None else environ
+        basic = None
+        if env.get(BASIC_ENV):
+            user, sep, password = env[BASIC_ENV].partition(":")
+            if not sep or not user or not password:
+                raise ValueError(f"{BASIC_ENV} must be user:password")
+            basic = (user, password)
+        return cls(env.get(TOKEN_ENV) or None, basic, env.get(READS_ENV, "") not in ("", "0", "false"))
+
+    def allows(self, header: str | None) -> bool:
+        if not header:
+            return False
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer" and self.token is not None:
+            return hmac.compare_digest(value.strip().encode(), self.token.encode())
+        if scheme.lower() == "basic" and self.basic is not None:
+            try:
+                user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return False
+            return hmac.compare_digest(user.encode(), self.basic[0].encode()) & \
+                hmac.compare_digest(password.encode(), self.basic[1].encode())
+        return False
+
+
+TOKEN_ENV, BASIC_ENV, READS_ENV = "SEGCOORD_HTTP_TOKEN", "SEGCOORD_HTTP_BASIC", "SEGCOORD_HTTP_AUTH_READS"
+
+
+def _auth_middleware(auth: HttpAuth) -> Any:
+    @web.middleware
+    async def check(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                    ) -> web.StreamResponse:
+        write = request.method not in ("GET", "HEAD", "OPTIONS")
+        if request.path == "/status/health" or not (write or auth.reads):
+            return await handler(request)
+        if auth.token is None and auth.basic is None:
+            return druid_error(403, f"{request.method} {request.path}: writes are disabled: configure "
+                                    f"{TOKEN_ENV} or {BASIC_ENV} for the worker", "forbidden")
+        if not auth.allows(request.headers.get("Authorization")):
+            response = druid_error(401, f"{request.method} {request.path}: authentication required "
+                                        "(Authorization: Bearer TOKEN, or Basic)", "unauthorized")
+            response.headers["WWW-Authenticate"] = 'Bearer realm="segcoord", Basic realm="segcoord"'
+            return response
+        return await handler(request)
+    return check
+
+
+def build_web_app(source: PlacementSource, send: Send, metrics: ServiceMetrics | None = None,
+                  auth: HttpAuth | None = None) -> web.Application:
+    """The aiohttp application of the module docstring; ``auth`` defaults to :meth:`HttpAuth.from_env`."""
+    app = web.Application(middlewares=[_errors, _auth_middleware(auth if auth is not None else HttpAuth.from_env())])
     r = app.router
 
     async def health(_req: web.Request) -> web.Response:
@@ -226,8 +295,8 @@ async def _send(send: Send, event: Event) -> None:
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``:PORT`` = all interfaces); ValueError naming what is wrong."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    """``HOST:PORT`` (``:PORT`` or ``PORT`` = loopback only); ValueError naming what is wrong."""
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:8081")
-    return host or "0.0.0.0", int(port)
+    return host or "127.0.0.1", int(port)

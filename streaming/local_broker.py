@@ -15,6 +15,10 @@ Invariants: ``stop`` only ever signals the process this module started (the pid
 file's process must be ``kafka.Kafka`` with this home's config on its command
 line); a restart reuses the data folder and, when it is still free, the port,
 so clients and stored offsets survive a broker restart.
+
+``secure=True`` (``segcoord kafka start --secure``): SASL/SCRAM-SHA-512 on the client listener, KRaft's
+``StandardAuthorizer``, one principal per role with its password under ``<home>/kafka/credentials/``
+(:mod:`streaming.local_sasl`, docs/security.md). A home keeps the mode it was first formatted in.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from streaming import local_sasl as sasl
 from streaming import maven
 
 LOG4J2 = """\
@@ -101,12 +106,14 @@ def new_cluster_id(uuid4: Callable[[], uuid.UUID] = uuid.uuid4) -> str:
 class LocalBroker:
     """The local broker under ``home``; see the module docstring for its files."""
 
-    def __init__(self, home: Path, *, heap_mb: int = 512, log_level: str = "INFO") -> None:
+    def __init__(self, home: Path, *, heap_mb: int = 512, log_level: str = "INFO", secure: bool | None = None) -> None:
         self.home = Path(home)
         self.dir = self.home / "kafka"
         self.heap_mb = heap_mb
         self.log_level = log_level
         self._proc: subprocess.Popen[bytes] | None = None
+        # None: as this home was first started (secure when its credentials folder exists)
+        self.secure = secure if secure is not None else sasl.credentials_dir(self.dir).exists()
 
     # -- files -----------------------------------------------------------------
     @property
@@ -170,6 +177,7 @@ class LocalBroker:
         for sub in ("data", "logs"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         port, cport = self._choose_ports()
+        self._check_mode()
         self._write_config(port, cport)
         cluster_id = self._cluster_id()
         java = os.environ.get("JAVA", "java")
@@ -180,9 +188,10 @@ class LocalBroker:
             f"-Dkafka.logs.dir={self.dir / 'logs'}",
             "-cp", classpath,
         ]
+        scram = sasl.format_args(self.dir) if self.secure else []
         fmt = subprocess.run(
             [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(self.config_path),
-             "--ignore-formatted"],
+             "--ignore-formatted", *scram],
             capture_output=True, text=True,
         )
         if fmt.returncode != 0:
@@ -202,12 +211,29 @@ class LocalBroker:
                 raise BrokerError(
                     f"the broker exited with code {self._proc.returncode} while starting; see {self.server_log}"
                 )
-            if port_answers(port) and _metadata_answers(bootstrap):
+            if port_answers(port) and _metadata_answers(bootstrap, self.admin_config()):
                 self.bootstrap_path.write_text(bootstrap + "\n")
+                if self.secure:
+                    sasl.create_role_users(bootstrap, self.dir)
                 return bootstrap
             time.sleep(0.2)
         self.stop()
         raise BrokerError(f"the broker did not answer on {bootstrap} within {timeout:.0f}s; see {self.server_log}")
+
+    def admin_config(self) -> dict[str, str]:
+        """The super user's client settings (librdkafka names): empty for the open broker."""
+        return sasl.client_settings(self.dir, "admin") if self.secure else {}
+
+    def _check_mode(self) -> None:
+        """A home keeps the mode it was formatted in: its storage holds (or lacks) the admin's SCRAM credential."""
+        formatted = (self.dir / "data" / "meta.properties").exists()
+        has_credentials = sasl.credentials_dir(self.dir).exists()
+        if formatted and self.secure != has_credentials:
+            was = "with --secure" if has_credentials else "without --secure"
+            raise BrokerError(f"the broker under {self.home} was formatted {was}; start it the same way, "
+                              f"or use another --home")
+        if self.secure:
+            sasl.ensure_credentials(self.dir)
 
     def _choose_ports(self) -> tuple[int, int]:
         recorded = self._recorded_ports()
@@ -254,7 +280,11 @@ class LocalBroker:
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "true",
         }
-        self.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        if self.secure:
+            props |= sasl.broker_props(self.dir, port, cport)
+        fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it may hold passwords
+        with os.fdopen(fd, "w") as f:
+            f.write("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.dir / "log4j2.properties").write_text(LOG4J2.format(log=self.server_log, level=self.log_level))
 
     # -- stop --------------------------------------------------------------------
@@ -293,10 +323,10 @@ class LocalBroker:
         return self._is_our_broker(pid)
 
 
-def _metadata_answers(bootstrap: str) -> bool:
+def _metadata_answers(bootstrap: str, security: dict[str, str] | None = None) -> bool:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "socket.timeout.ms": 2000})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "socket.timeout.ms": 2000, **(security or {})})
     try:
         md = admin.list_topics(timeout=2)
     except Exception:

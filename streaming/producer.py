@@ -12,11 +12,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from events.envelope import Envelope, encode
 from events.registry import Event
 from events.topics import Topics
+from streaming import credentials
 
 POLL_EVERY = 500
 
@@ -32,7 +33,7 @@ class EventProducer:
         self.headers: list[tuple[str, bytes]] | None = None  # sent with every message when set
         self._unpolled = 0
         self._producer = Producer({
-            "bootstrap.servers": bootstrap,
+            **credentials.client_config(bootstrap),
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 5,
@@ -71,9 +72,13 @@ class EventProducer:
         The wait is cut in half-second slices so the calling thread returns to the interpreter between them
         (a stop signal's handler runs there, even while the broker is down)."""
         deadline = time.monotonic() + timeout
-        remaining = self._producer.flush(min(0.5, timeout))
-        while remaining and time.monotonic() < deadline:
-            remaining = self._producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
+        try:
+            remaining = self._producer.flush(min(0.5, timeout))
+            while remaining and time.monotonic() < deadline:
+                remaining = self._producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
+        except (KafkaException, SystemError) as e:  # a fatal error (e.g. the idempotent producer not authorized)
+            cause = e.__cause__ or e.__context__ or e
+            raise ProduceError(f"delivery failed: {cause}; " + "; ".join(self._errors[:5])) from e
         if remaining:
             raise ProduceError(f"{remaining} message(s) not delivered within {timeout:.0f}s")
         if self._errors:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 
 from coordinator.locks.lockbox import Lockbox
+from coordinator.locks.seal import publish_refusal
 from coordinator.locks.state import LockboxState
 from coordinator.placement.state import PlacementState
 from coordinator.timeline.timelines import Timelines
@@ -26,6 +27,7 @@ from events.schema import EventValidationError
 from events.segment import SegmentDescriptor
 from events.segments import SegmentsMarkedUsed, SegmentsPublished
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, Topics
+from streaming import credentials
 from streaming.replay import LogRecord, ReplayError, read_log
 
 log = logging.getLogger("segcoord.readmodel")
@@ -41,6 +43,7 @@ class ClusterView:
     descriptors: dict[str, SegmentDescriptor] = field(default_factory=dict)  # every segment ever published
     now: int = 0
     position: str | None = None
+    publish_key: bytes | None = None  # None: the deployment's (streaming.credentials.publish_key)
 
     @property
     def last_heard(self) -> dict[str, int]:
@@ -52,6 +55,10 @@ class ClusterView:
         env, event = record.envelope, record.envelope.event
         self.now = max(self.now, env.occurred_at)
         self.position = record.position
+        if self.publish_key is None:
+            self.publish_key = credentials.publish_key()
+        if record.topic == SEGMENTS and publish_refusal(env, self.publish_key) is not None:
+            return  # not the lockbox's publish: the timeline and planner agents dead-letter it (docs/security.md)
         if record.topic in (SEGMENTS, CLUSTER, COMMANDS):
             try:
                 self.placement.evolve(env)

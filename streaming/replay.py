@@ -20,7 +20,11 @@ Replay prints it; :func:`audit` runs the same fold and checks, at every step:
 - the timeline agent's output (``timeline``, deduplicated by id) is exactly the
   pure fold's, change for change, and the fold never serves two versions of a
   data source at one instant;
-- every published segment lies inside a live lock of its task (or the task's group);
+- every segment a ``publish_accepted`` commits lies inside a live lock of its task (or the task's group)
+  when the decision is taken (imports are under no lock);
+- every ``segments_published`` carries the lockbox's seal (:mod:`coordinator.locks.seal`; the fold skips
+  the others, as the timeline and planner agents dead-letter them) and its ``decisionId`` is a
+  ``publish_accepted`` or ``segments_imported`` on ``locks`` with the same segments;
 - no server holds more than its ``maxSizeBytes`` (what it announced, by the fold);
 - every LoadSegment/DropSegment left the fold's queue by the end of the log or is
   younger than the command timeout then (broker time of the command's record).
@@ -44,6 +48,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from coordinator.locks.seal import publish_refusal
 from coordinator.placement.state import PlacementState
 from coordinator.timeline.timelines import Timelines
 from events.commands import DropSegment, LoadSegment
@@ -51,14 +56,15 @@ from events.envelope import Envelope, decode
 from events.ids import derived_event_id
 from events.instant import format_instant
 from events.interval import Interval
-from events.locks import LockGranted, LockReleased, LockRevoked, TaskLock
+from events.locks import LockGranted, LockReleased, LockRevoked, PublishAccepted, SegmentsImported, TaskLock
 from events.registry import Event
 from events.schema import EventValidationError
-from events.segment import SegmentId
+from events.segment import SegmentDescriptor, SegmentId
 from events.segments import SegmentAnnounced, SegmentsPublished
 from events.tasks import TaskStarted
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE, Topics
 from events.visibility import SegmentVisibilityChanged
+from streaming import credentials
 
 ORDER = (LOCK_REQUESTS, LOCKS, SEGMENTS, CLUSTER, COMMANDS, TIMELINE)
 PLACEMENT_TOPICS = (SEGMENTS, CLUSTER, COMMANDS)  # what the planner agent folds
@@ -165,7 +171,8 @@ def _all_records(consumer: Consumer, topics: Topics) -> list[list[LogRecord]]:
 
 def read_log(bootstrap: str, topics: Topics, until: Until | None = None) -> Iterator[LogRecord]:
     """Every decodable record of every topic, merged by timestamp with each partition's order kept."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "segcoord-replay", "enable.auto.commit": False,
+    consumer = Consumer({**credentials.client_config(bootstrap),
+                         "group.id": "segcoord-replay", "enable.auto.commit": False,
                          "enable.partition.eof": False, "isolation.level": "read_committed"})
     try:
         queues = [q for q in _all_records(consumer, topics) if q]
@@ -207,6 +214,12 @@ class LogFold:
     placement: PlacementState = field(default_factory=PlacementState)
     seen: set[str] = field(default_factory=set)
     last: LogRecord | None = None
+    publish_key: bytes | None = None  # None: the deployment's (streaming.credentials.publish_key)
+    refused: list[tuple[LogRecord, str]] = field(default_factory=list)  # publishes the lockbox did not seal
+
+    def __post_init__(self) -> None:
+        if self.publish_key is None:
+            self.publish_key = credentials.publish_key()
 
     def apply(self, record: LogRecord) -> list[object]:
         """Fold one record; returns the timeline's state changes, if any.
@@ -219,6 +232,12 @@ class LogFold:
         first = key not in self.seen
         self.seen.add(key)
         event = env.event
+        if first and record.topic == SEGMENTS:
+            assert self.publish_key is not None
+            reason = publish_refusal(env, self.publish_key)
+            if reason is not None:  # dead-lettered by the timeline and planner agents: changes nothing
+                self.refused.append((record, reason))
+                return []
         if record.topic == COMMANDS or (first and record.topic in PLACEMENT_TOPICS):
             with contextlib.suppress(EventValidationError, ValueError):  # the planner dead-letters what it refuses
                 self.placement.evolve(env)
@@ -356,26 +375,38 @@ def audit(bootstrap: str, topics: Topics, command_timeout_ms: int = 15 * 60_000)
     emitted_order: list[str] = []
     want: dict[str, tuple[str, str | None, str | None]] = {}  # fold's change id -> (segment, from, to)
     sent: dict[str, LogRecord] = {}  # command event id -> where it was read (whether it is answered: the fold's)
+    decisions: dict[str, tuple[SegmentDescriptor, ...]] = {}  # publish_accepted/segments_imported id -> segments
+    sealed: list[LogRecord] = []
     end = 0
     for record in read_log(bootstrap, topics):
         end = max(end, record.timestamp)
         env, event = record.envelope, record.envelope.event
+        if isinstance(event, PublishAccepted | SegmentsImported):
+            decisions.setdefault(env.event_id, event.segments)
+        refused_before = len(fold.refused)
         if record.topic == TIMELINE and isinstance(event, SegmentVisibilityChanged):
             if env.event_id not in emitted:
                 emitted[env.event_id] = event
                 emitted_order.append(env.event_id)
             continue
-        if isinstance(event, SegmentsPublished):
+        if record.topic == COMMANDS and isinstance(event, LoadSegment | DropSegment):
+            sent.setdefault(env.event_id, record)
+        first_decision = f"{record.topic}/{env.event_id}" not in fold.seen  # a re-emitted copy is checked once
+        changes = fold.apply(record)
+        if isinstance(event, PublishAccepted) and not event.already_published and first_decision:
+            # the lockbox's decision, checked against the locks live when it was taken (the twin on segments
+            # may be read after a later release of the same batch: another topic, the same millisecond)
+            group = fold.groups.get(event.task_id)
+            mine = [lk for lk in fold.locks.values() if lk.data_source == event.segments[0].data_source
+                    and (lk.task_id == event.task_id or (group is not None and lk.group_id == group))]
             for seg in event.segments:
-                group = fold.groups.get(event.task_id)
-                mine = [lk for lk in fold.locks.values() if lk.data_source == seg.data_source
-                        and (lk.task_id == event.task_id or (group is not None and lk.group_id == group))]
                 if not _covered(seg.interval, mine):
                     violations.append(Violation("publish without a live lock", record.position,
                                                 f"task {event.task_id} published {seg.id}"))
-        if record.topic == COMMANDS and isinstance(event, LoadSegment | DropSegment):
-            sent.setdefault(env.event_id, record)
-        changes = fold.apply(record)
+        for refused, reason in fold.refused[refused_before:]:
+            violations.append(Violation("publish not accepted by the lockbox", refused.position, reason))
+        if isinstance(event, SegmentsPublished) and len(fold.refused) == refused_before:
+            sealed.append(record)
         for index, change in enumerate(changes):
             change_id = derived_event_id(topics.name(SEGMENTS), record.partition, record.offset, index)
             expected.append(change_id)
@@ -406,6 +437,12 @@ def audit(bootstrap: str, topics: Topics, command_timeout_ms: int = 15 * 60_000)
         for change_id in emitted_order:
             if change_id not in want:
                 violations.append(Violation("timeline change without cause", change_id, str(emitted[change_id])))
+    for record in sealed:  # the seal's other half: its decision is on ``locks``, with the same segments
+        published = record.envelope.event
+        assert isinstance(published, SegmentsPublished) and published.decision_id is not None
+        if decisions.get(published.decision_id) != published.segments:
+            violations.append(Violation("publish without its lockbox decision", record.position,
+                                        f"decision {published.decision_id} is not on locks with these segments"))
     for command_id in sorted(fold.placement.queue, key=lambda cid: _position_key(sent.get(cid))):
         record = sent.get(command_id)
         if record is not None and end - record.timestamp > command_timeout_ms:

@@ -33,6 +33,7 @@ from events.registry import Event
 from events.schema import EventValidationError
 from events.topics import SEGMENTS, TIMELINE, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
+from streaming import credentials
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ class _Reader:
                  since_ms: int | None = None) -> None:
         self.topic = topic
         self.undecodable = 0
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "segcoord-subscriber",
+        self._consumer = Consumer({**credentials.client_config(bootstrap), "group.id": "segcoord-subscriber",
                                    "enable.auto.commit": False, "isolation.level": "read_committed"})
         partitions = sorted(self._consumer.list_topics(topic, timeout=10).topics[topic].partitions)
         if since_ms is not None:

@@ -75,6 +75,7 @@ from events.tasks import (
     TaskStatus,
 )
 from events.topics import LOCKS, Topics
+from streaming import credentials
 from streaming.producer import EventProducer
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -141,7 +142,7 @@ class TaskClient:
         self._seen: set[str] = set()
         self._producer = EventProducer(bootstrap, topics)
         self._consumer = Consumer({
-            "bootstrap.servers": bootstrap,
+            **credentials.client_config(bootstrap),
             "group.id": f"task-client-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 20,

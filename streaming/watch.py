@@ -20,6 +20,7 @@ from events.envelope import decode
 from events.instant import format_instant
 from events.schema import EventValidationError, encode_record
 from events.topics import CLUSTER, COMMANDS, DEADLETTER, LOCK_REQUESTS, METRICS, SEGMENTS, Topics
+from streaming import credentials
 
 #: Which topics each agent of the worker reads (its lag is the sum over them).
 AGENT_INPUTS = {"timeline": (SEGMENTS,), "lockbox": (LOCK_REQUESTS,), "planner": (SEGMENTS, CLUSTER, COMMANDS)}
@@ -54,7 +55,8 @@ def tail(bootstrap: str, topics: Topics, logical: str, *, from_beginning: bool, 
          max_messages: int | None, timeout_s: float | None, out: Callable[[str], None]) -> int:
     """Print records of one topic until ``max_messages`` were printed or nothing came for ``timeout_s``."""
     name = topics.name(logical)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "segcoord-tail", "enable.auto.commit": False,
+    consumer = Consumer({**credentials.client_config(bootstrap),
+                         "group.id": "segcoord-tail", "enable.auto.commit": False,
                          "isolation.level": "read_committed"})
     printed = 0
     try:
@@ -101,15 +103,16 @@ def status(bootstrap: str, topics: Topics, now_ms: int | None = None) -> Status:
 
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     group = coordinator_group(topics)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(credentials.client_config(bootstrap))
     try:
         described = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
         members = len(described.members)
     except Exception:  # an unknown group: no worker ever ran
         members = 0
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer({**credentials.client_config(bootstrap), "group.id": group, "enable.auto.commit": False})
     # the planner's inputs are read by the elected worker's own consumer, which commits under <group>.planner-feed
-    feed = Consumer({"bootstrap.servers": bootstrap, "group.id": group + ".planner-feed", "enable.auto.commit": False})
+    feed = Consumer({**credentials.client_config(bootstrap), "group.id": group + ".planner-feed",
+                     "enable.auto.commit": False})
     try:
         lag: dict[str, int] = {}
         for agent, ins in AGENT_INPUTS.items():

@@ -21,6 +21,7 @@ from events.keys import partition_key
 from events.registry import Event
 from events.schema import Instant
 from events.topics import Topics
+from streaming import credentials
 
 
 class WriteError(RuntimeError):
@@ -71,7 +72,7 @@ def submit(bootstrap: str, topics: Topics, event: Event, *, wait_s: float = 20.0
         else:
             landed.append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+    producer = Producer({**credentials.client_config(bootstrap), "enable.idempotence": True, "acks": "all",
                          "message.timeout.ms": 15000})
     producer.produce(topic, value=encode(env), key=env.key.encode(), on_delivery=delivered)
     producer.flush(20)
@@ -90,7 +91,7 @@ def wait_applied(bootstrap: str, group: str | tuple[str, ...], topic: str, parti
                  wait_s: float) -> bool:
     """Whether one of the groups committed an offset past ``offset`` on the partition within ``wait_s`` seconds."""
     groups = (group,) if isinstance(group, str) else group
-    consumers = [Consumer({"bootstrap.servers": bootstrap, "group.id": g, "enable.auto.commit": False})
+    consumers = [Consumer({**credentials.client_config(bootstrap), "group.id": g, "enable.auto.commit": False})
                  for g in groups]
     deadline = time.monotonic() + wait_s
     try:

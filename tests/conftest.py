@@ -16,6 +16,10 @@ import pytest
 
 from events.topics import Topics
 
+# One publish key for the test session and every process it starts: the lockbox agent seals its publishes with it
+# and the timeline, planner, replay and audit verify them (coordinator/locks/seal.py).
+os.environ.setdefault("SEGCOORD_PUBLISH_KEY", "segcoord-tests-" + uuid.uuid4().hex)
+
 
 def _docker_answers() -> bool:
     try:

@@ -42,6 +42,7 @@ from collections.abc import Iterable
 
 from coordinator.locks.allocation import allocate
 from coordinator.locks.conflicts import Blocked, Emit, scopes_conflict, types_compatible
+from coordinator.locks.imports import import_segments
 from coordinator.locks.priority import default_priority
 from coordinator.locks.publish import publish
 from coordinator.locks.state import LockboxState, SourceState, TaskInfo, Waiter
@@ -63,6 +64,7 @@ from events.tasks import (
     LockRequested,
     PublishRequested,
     SegmentAllocationRequested,
+    SegmentsImportRequested,
     TaskFinished,
     TaskStarted,
 )
@@ -123,6 +125,8 @@ class Lockbox(LockboxState):
             publish(self, event, emit)
         elif isinstance(event, LockReleaseRequested):
             self._release_requested(event, emit)
+        elif isinstance(event, SegmentsImportRequested):
+            import_segments(self, event, emit)
         return out
 
     # -- task lifecycle -----------------------------------------------------------------

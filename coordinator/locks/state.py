@@ -24,6 +24,7 @@ from events.locks import (
     LockRevoked,
     PublishAccepted,
     SegmentAllocated,
+    SegmentsImported,
     TaskDeregistered,
     TaskLock,
     TaskRegistered,
@@ -239,6 +240,11 @@ class LockboxState:
                 src.allocations.setdefault(key, event)
         elif isinstance(event, PublishAccepted):
             self._apply_publish(event)
+        elif isinstance(event, SegmentsImported) and not event.already_imported:
+            src = self.source(event.segments[0].data_source)
+            for seg in event.segments:
+                src.add_segment(seg)
+                src.reserve(seg)
 
     def _apply_publish(self, event: PublishAccepted) -> None:
         if event.already_published:

@@ -46,6 +46,7 @@ from typing import Any
 import orjson
 
 from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
+from streaming import credentials
 from streaming.producer import EventProducer
 
 CRASH_ENV = "SEGCOORD_BALANCER_CRASH_AFTER_BATCH"
@@ -60,13 +61,17 @@ def start(spark: Any, bootstrap: str, topics: Topics, checkpoint: Path, *, tiers
 
     from streaming.balancer.state import GROUP, OUTPUT_SCHEMA, BalancerProcessor
 
-    source = (
+    security = credentials.kafka_security()  # from the environment or a config file, never the command line
+    security.check_bootstrap(bootstrap)
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", ",".join(topics.name(t) for t in (SEGMENTS, CLUSTER, COMMANDS)))
         .option("startingOffsets", "earliest")
-        .load()
     )
+    for name, value in security.java().items():
+        reader = reader.option(f"kafka.{name}", value)
+    source = reader.load()
     rows = source.select(
         F.lit(GROUP).alias("group"),
         "topic", "partition", "offset", F.col("value").cast("string").alias("value"),

@@ -5,22 +5,74 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from streaming.cli.common import CliError, add_bootstrap, add_home, add_topic_prefix, bootstrap, broker, topics
 
 
 def cmd_kafka_start(args: argparse.Namespace) -> int:
+    if args.brokers > 1:
+        return _start_cluster(args)
     local = broker(args)
+    if args.secure:
+        local.secure = True
     started = time.monotonic()
     address = local.start(timeout=args.timeout)
     print(f"kafka running at {address} (pid {local.status().pid}, home {local.home}, "
           f"{time.monotonic() - started:.1f}s)")
+    if local.secure:
+        _grant(local, address, topics(args))
+    return 0
+
+
+def _cluster(args: argparse.Namespace, brokers: int) -> Any:
+    from streaming import config
+    from streaming.local_cluster import LocalCluster
+
+    home = Path(args.home) if getattr(args, "home", None) else config.home_dir()
+    return LocalCluster(home, brokers, heap_mb=min(getattr(args, "heap_mb", 512), 512))
+
+
+def _start_cluster(args: argparse.Namespace) -> int:
+    cluster = _cluster(args, args.brokers)
+    if args.secure:
+        cluster.secure = True
+    started = time.monotonic()
+    address = cluster.start(timeout=max(args.timeout, 180.0))
+    print(f"kafka cluster of {args.brokers} nodes running at {address} (home {cluster.dir}, "
+          f"{time.monotonic() - started:.1f}s); create topics with --replication {args.brokers} "
+          f"(min.insync.replicas {args.brokers - 1})")
+    if cluster.secure:
+        _grant(cluster, address, topics(args))
+    return 0
+
+
+def _grant(local: Any, address: str, names: Any) -> None:
+    from streaming import local_sasl
+
+    count = local_sasl.grant_acls(address, local.admin_config(), names)
+    folder = local_sasl.credentials_dir(local.dir)
+    print(f"SASL/SCRAM-SHA-512 with ACLs: {count} ACLs for topics {names.prefix}*; client settings per role in "
+          f"{folder}/<role>.properties (roles: admin, {', '.join(r.name for r in local_sasl.ROLES)}); "
+          f"use one with SEGCOORD_KAFKA_CONFIG=<file>")
+
+
+def cmd_kafka_acls(args: argparse.Namespace) -> int:
+    local = broker(args)
+    status = local.status()
+    if not status.running or not status.bootstrap:
+        raise CliError(f"the local broker under {local.home} is not running (segcoord kafka start --secure)")
+    if not local.secure:
+        raise CliError(f"the local broker under {local.home} is open (started without --secure): no ACLs to grant")
+    _grant(local, status.bootstrap, topics(args))
     return 0
 
 
 def cmd_kafka_stop(args: argparse.Namespace) -> int:
     print("kafka stopped" if broker(args).stop() else "kafka was not running")
+    if args.brokers > 1 and _cluster(args, args.brokers).stop():
+        print(f"kafka cluster of {args.brokers} nodes stopped")
     return 0
 
 
@@ -79,6 +131,19 @@ def register(sub: Any) -> None:
         p.add_argument("--heap-mb", type=int, default=512, help="broker JVM heap in MB (default 512)")
         p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for it to answer")
         p.set_defaults(func=func)
+        if name in ("start", "stop"):
+            p.add_argument("--brokers", type=int, default=1, metavar="N",
+                           help="N > 1: a replicated cluster of N KRaft nodes on loopback under <home>/kafka-cluster "
+                                "(docs/operations.md); default 1, the single broker")
+        if name == "start":
+            p.add_argument("--secure", action="store_true",
+                           help="SASL/SCRAM-SHA-512, StandardAuthorizer, one principal per role with ACLs "
+                                "(docs/security.md); a home keeps the mode it was first started in")
+            add_topic_prefix(p)
+    acls = ksub.add_parser("acls", help="grant the role ACLs of a secure local broker for a topic prefix")
+    add_home(acls, "broker home (default $SEGCOORD_HOME, ~/.local/state/segcoord)")
+    add_topic_prefix(acls)
+    acls.set_defaults(func=cmd_kafka_acls)
 
     tps = sub.add_parser("topics", help="Kafka topics of the design")
     tsub = tps.add_subparsers(dest="action", metavar="ACTION", required=True)

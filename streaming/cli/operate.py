@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,8 @@ def cmd_segments(args: argparse.Namespace) -> int:
     words = list(args.words)
     if words and words[0] in ("mark-unused", "mark-used"):
         return _mark(args, words[0], words[1:])
+    if words and words[0] == "import":
+        return _import(args, words[1:])
     if len(words) != 1:
         raise CliError("segments: expected `segments DATASOURCE [--interval I] [--state S]` or "
                        "`segments mark-unused|mark-used ID...`")
@@ -258,6 +261,49 @@ def cmd_segments(args: argparse.Namespace) -> int:
         print(f"no segments of {words[0]}" + (f" in state {args.state}" if args.state else "")
               + (f" overlapping {interval.iso()}" if interval else ""))
     return 0
+
+
+def _import(args: argparse.Namespace, files: list[str]) -> int:
+    """``segments import FILE.json``: Druid segment metadata (a JSON array of DataSegment objects, or an object
+    with a ``segments`` array) checked here field by field, then imported through the lockbox, one
+    ``segments_import_requested`` per data source and per :data:`~events.limits.MAX_SEGMENTS_PER_REQUEST`."""
+    import json
+    from pathlib import Path
+
+    from events.limits import MAX_SEGMENTS_PER_REQUEST
+    from events.schema import EventValidationError, decode_record
+    from events.segment import SegmentDescriptor
+    from events.tasks import SegmentsImportRequested
+
+    if len(files) != 1:
+        raise CliError("segments import: expected `segments import FILE.json`")
+    path = Path(files[0])
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CliError(f"segments import: {path}: {e}") from None
+    items = doc.get("segments") if isinstance(doc, dict) else doc
+    if not isinstance(items, list) or not items:
+        raise CliError(f"segments import: {path}: expected a non-empty JSON array of segments "
+                       "(or an object with a `segments` array)")
+    segments: list[SegmentDescriptor] = []
+    for i, obj in enumerate(items):
+        try:
+            segments.append(decode_record(SegmentDescriptor, obj, f"segments[{i}]"))
+        except EventValidationError as e:
+            raise CliError(f"segments import: {path}: {e}") from None
+    by_source: dict[str, list[SegmentDescriptor]] = {}
+    for seg in segments:
+        by_source.setdefault(seg.data_source, []).append(seg)
+    code = 0
+    for ds, segs in sorted(by_source.items()):
+        for start in range(0, len(segs), MAX_SEGMENTS_PER_REQUEST):
+            chunk = tuple(segs[start:start + MAX_SEGMENTS_PER_REQUEST])
+            request = SegmentsImportRequested(request_id=f"import-{uuid.uuid4().hex}", segments=chunk,
+                                              source=str(path.name))
+            code = max(code, _submit(args, request, f"import {len(chunk)} segment(s) of {ds} "
+                                                    f"(request {request.request_id})"))
+    return code
 
 
 def _interval(text: str, name: str = "--interval") -> Any:
@@ -402,8 +448,10 @@ def register(sub: Any) -> None:
     dss.set_defaults(func=cmd_datasources)
 
     segs = sub.add_parser("segments", help="`segments DATASOURCE`: segments with their timeline state; "
-                                           "`segments mark-unused|mark-used ID...`")
-    segs.add_argument("words", nargs="+", metavar="DATASOURCE | mark-unused ID... | mark-used ID...")
+                                           "`segments mark-unused|mark-used ID...`; `segments import FILE.json`: "
+                                           "Druid segment metadata, imported through the lockbox")
+    segs.add_argument("words", nargs="+",
+                      metavar="DATASOURCE | mark-unused ID... | mark-used ID... | import FILE.json")
     segs.add_argument("--interval", metavar="START/END", help="only segments overlapping it")
     segs.add_argument("--state", choices=("visible", "standby", "overshadowed", "offline"))
     segs.add_argument("--reason", help="with mark-unused / mark-used: why (recorded in the event)")

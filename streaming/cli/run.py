@@ -104,7 +104,9 @@ def register(sub: Any) -> None:
                           "libraries' at warn or above")
     run.add_argument("--http", metavar="HOST:PORT",
                      help="serve Druid's coordinator API, and Prometheus metrics at /metrics, there (Druid's "
-                          "coordinator port is 8081: 127.0.0.1:8081)")
+                          "coordinator port is 8081: 127.0.0.1:8081; :PORT binds to loopback). Writes need "
+                          "SEGCOORD_HTTP_TOKEN or SEGCOORD_HTTP_BASIC=user:password; SEGCOORD_HTTP_AUTH_READS=1 "
+                          "guards reads too (docs/security.md)")
     run.add_argument("--plan-every", type=float, default=5.0, metavar="SECONDS",
                      help="the planner's timer period; it also plans at once on every relevant event (default 5)")
     run.add_argument("--server-timeout-millis", type=int, default=DEFAULT_SERVER_TIMEOUT_MS, metavar="MS",

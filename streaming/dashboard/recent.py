@@ -24,6 +24,7 @@ from events.registry import Event
 from events.schema import EventValidationError
 from events.topics import COMMANDS, TIMELINE, Topics
 from events.visibility import SegmentVisibilityChanged
+from streaming import credentials
 
 log = logging.getLogger("segcoord.dashboard")
 KEEP = 50
@@ -93,7 +94,7 @@ class RecentEvents:
                 self._stop.wait(2.0)
 
     def _follow(self) -> None:
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "segcoord-dashboard",
+        consumer = Consumer({**credentials.client_config(self.bootstrap), "group.id": "segcoord-dashboard",
                              "enable.auto.commit": False, "isolation.level": "read_committed",
                              "logger": logging.getLogger("segcoord.dashboard.kafka")})
         try:

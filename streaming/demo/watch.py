@@ -47,6 +47,7 @@ from events.segment import SegmentDescriptor
 from events.segments import SegmentAnnounced, SegmentsPublished, SegmentUnannounced
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE, Topics
 from events.visibility import SegmentVisibilityChanged
+from streaming import credentials
 from streaming.replay import LogFold, LogRecord
 
 FOLLOWED = (LOCK_REQUESTS, LOCKS, SEGMENTS, CLUSTER, COMMANDS, TIMELINE)
@@ -88,7 +89,7 @@ class Watch:
     events: int = 0
 
     def __post_init__(self) -> None:
-        self._consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "segcoord-demo-watch",
+        self._consumer = Consumer({**credentials.client_config(self.bootstrap), "group.id": "segcoord-demo-watch",
                                    "enable.auto.commit": False, "enable.partition.eof": False})
         parts = []
         for name in FOLLOWED:
@@ -97,7 +98,7 @@ class Watch:
             parts += [TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(meta.partitions)]
         self._consumer.assign(parts)
         self._logical = {self.topics.name(n): n for n in FOLLOWED}
-        self._lag_reader = Consumer({"bootstrap.servers": self.bootstrap,
+        self._lag_reader = Consumer({**credentials.client_config(self.bootstrap),
                                      "group.id": f"{self.topics.prefix}coordinator", "enable.auto.commit": False})
         self._model = CostModel()
 

@@ -41,6 +41,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from events.topics import Topics
+from streaming import credentials
 
 log = logging.getLogger("segcoord.service")
 
@@ -83,7 +84,7 @@ class Election:
         self._thread = threading.Thread(target=self._run, name="planner-election", daemon=True)
         self._extra = dict(extra or {})
         self._consumer = Consumer({
-            "bootstrap.servers": bootstrap,
+            **credentials.client_config(bootstrap),
             "group.id": self.group,
             "client.id": client_id,
             "partition.assignment.strategy": "cooperative-sticky",
@@ -133,7 +134,7 @@ class Election:
     def _claim(self) -> int:
         """Write this worker's claim; its offset is the epoch (waits for the broker as long as it takes)."""
         offsets: list[int] = []
-        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+        producer = Producer({**credentials.client_config(self.bootstrap), "enable.idempotence": True, "acks": "all",
                              "message.timeout.ms": 0, **self._extra})
 
         def delivered(err: KafkaError | None, msg: Any) -> None:

@@ -16,10 +16,13 @@ Per batch, in this order (its exactly-once effect, docs/architecture.md):
    event id ``derived_event_id(topic, partition, offset, i)`` (i = the
    decision's index), ``causation_id`` = the request's event id,
    ``occurred_at`` = the request's, key = the request's key (its dataSource);
-   every ``PublishAccepted`` also becomes a ``SegmentsPublished`` on
-   ``segments`` (keyed by the segments' dataSource) with index
-   ``len(decisions) + j`` for the j-th accepted publish of that request, so
-   every output id of one input is distinct and a re-emission is byte-identical;
+   every ``PublishAccepted`` (and every ``SegmentsImported`` that commits
+   something) also becomes a ``SegmentsPublished`` on ``segments`` (keyed by
+   the segments' dataSource) with index ``len(decisions) + j`` for the j-th
+   such decision of that request, so every output id of one input is distinct
+   and a re-emission is byte-identical; it names the decision's event id
+   (``decisionId``) and is sealed with the publish key
+   (:mod:`coordinator.locks.seal`): the timeline and planner take no other;
 3. the sink is flushed (every output and dead letter acknowledged);
 4. ONE RocksDB write batch commits the state (the tail's new requests, or a
    new snapshot replacing the tail), the applied order, the next offsets and
@@ -79,13 +82,15 @@ from dataclasses import dataclass
 import orjson
 
 from coordinator.locks.lockbox import Lockbox
+from coordinator.locks.seal import seal_publish
 from coordinator.locks.snapshot import lockbox_from_json, snapshot_to_json
 from events.envelope import Envelope, decode
 from events.ids import derived_event_id
-from events.locks import PublishAccepted
+from events.locks import PublishAccepted, SegmentsImported
 from events.registry import Event
 from events.segments import SegmentsPublished
 from events.topics import LOCK_REQUESTS, Topics
+from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
 from streaming.service.state import AgentStateStore, StoreBatch
 
@@ -142,8 +147,10 @@ class AppliedRequest:
 class LockboxAgent:
     """The lockbox, its store and its sink; one instance per process, single-threaded."""
 
-    def __init__(self, store: AgentStateStore, topics: Topics, sink: Sink, snapshot_every: int | None = None) -> None:
+    def __init__(self, store: AgentStateStore, topics: Topics, sink: Sink, snapshot_every: int | None = None,
+                 publish_key: bytes | None = None) -> None:
         self.store = store
+        self.publish_key = publish_key if publish_key is not None else credentials.publish_key()
         self.topics = topics
         self.input_topic = topics.name(LOCK_REQUESTS)
         self.sink = sink
@@ -208,22 +215,35 @@ class LockboxAgent:
             batch.put(_input_key(self._seq + i), raw)
 
     def _emit(self, rec: InputRecord, env: Envelope[Event], decisions: list[Event]) -> None:
-        for i, decision in enumerate(decisions):
-            out_id = derived_event_id(rec.topic, rec.partition, rec.offset, i)
+        decision_ids = [derived_event_id(rec.topic, rec.partition, rec.offset, i) for i in range(len(decisions))]
+        for decision, out_id in zip(decisions, decision_ids, strict=True):
             self.sink.send(Envelope(decision, out_id, env.occurred_at, env.key, env.event_id))
-        published = [d for d in decisions if isinstance(d, PublishAccepted)]
-        for j, accepted in enumerate(published):
-            out = SegmentsPublished(task_id=accepted.task_id, segments=accepted.segments,
-                                    start_metadata=accepted.start_metadata, end_metadata=accepted.end_metadata)
+        j = 0
+        for decision, decision_id in zip(decisions, decision_ids, strict=True):
+            out = publish_of(decision)
+            if out is None:
+                continue
             out_id = derived_event_id(rec.topic, rec.partition, rec.offset, len(decisions) + j)
-            self.sink.send(Envelope(out, out_id, env.occurred_at, accepted.segments[0].data_source, env.event_id))
-        self.counters.emitted += len(decisions) + len(published)
+            j += 1
+            unsealed = Envelope(out, out_id, env.occurred_at, out.segments[0].data_source, env.event_id)
+            self.sink.send(seal_publish(unsealed, decision_id, self.publish_key))
+        self.counters.emitted += len(decisions) + j
 
     def _dead_letter(self, rec: InputRecord, reason: str) -> None:
         """As :class:`~streaming.consumer.EventConsumer` does: original bytes, position, reason; id from position."""
         self.sink.send(dead_letter_of(rec, reason))
         self.counters.dead_lettered += 1
         self.counters.last_reasons = [*self.counters.last_reasons[-9:], reason]
+
+
+def publish_of(decision: Event) -> SegmentsPublished | None:
+    """The ``segments_published`` twin of a decision that commits segments (unsealed), or None."""
+    if isinstance(decision, PublishAccepted):
+        return SegmentsPublished(task_id=decision.task_id, segments=decision.segments,
+                                 start_metadata=decision.start_metadata, end_metadata=decision.end_metadata)
+    if isinstance(decision, SegmentsImported) and not decision.already_imported:
+        return SegmentsPublished(task_id=f"import:{decision.request_id}", segments=decision.segments)
+    return None
 
 
 def load_lockbox(store: AgentStateStore) -> Restored:

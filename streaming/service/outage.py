@@ -39,6 +39,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, Protocol, TypeVar
 
+from confluent_kafka import KafkaException
+
 from events.topics import Topics
 from streaming.producer import EventProducer, ProduceError
 
@@ -129,6 +131,17 @@ class PatientProducer(EventProducer):
 
     def flush(self, timeout: float = 30.0) -> None:
         began = time.monotonic()
+        try:
+            self._wait_out(began, timeout)
+        except (KafkaException, SystemError) as e:  # a fatal error (e.g. the idempotent producer not authorized)
+            cause = e.__cause__ or e.__context__ or e
+            raise ProduceError(f"delivery failed: {cause}; " + "; ".join(self._errors[:5])) from e
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise ProduceError("delivery failed: " + "; ".join(errors[:5]))
+
+    def _wait_out(self, began: float, timeout: float) -> None:
+        """Flush until nothing is queued (or a stop ends the process); reminds with back-off while it waits."""
         remind_after = max(timeout, SLICE_S)
         waited = False
         remaining = self._producer.flush(SLICE_S)
@@ -147,6 +160,3 @@ class PatientProducer(EventProducer):
             remaining = self._producer.flush(SLICE_S)
         if waited:
             log.warning("%s agent: flush completed after %.0f s", self.name, time.monotonic() - began)
-        if self._errors:
-            errors, self._errors = self._errors, []
-            raise ProduceError("delivery failed: " + "; ".join(errors[:5]))

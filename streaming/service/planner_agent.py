@@ -123,6 +123,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from coordinator.locks.seal import publish_refusal
 from coordinator.placement import codec
 from coordinator.placement.liveness import DEFAULT_SERVER_TIMEOUT_MS, server_lost, silent_servers, unannounce_departed
 from coordinator.placement.projected import command_id
@@ -138,6 +139,7 @@ from events.schema import EventValidationError, Instant
 from events.segment import SegmentId
 from events.segments import SegmentsMarkedUnused
 from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
+from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
 from streaming.service.state import AgentStateStore, StoreBatch
 
@@ -173,10 +175,12 @@ class PlannerAgent:
     def __init__(self, store: AgentStateStore, topics: Topics, sink: Sink,
                  load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS, *, balancing: bool = True,
                  incremental: bool = True, server_timeout_ms: int = DEFAULT_SERVER_TIMEOUT_MS,
-                 period_ms: int = DEFAULT_PERIOD_MS, slice_draws: int = DEFAULT_SLICE_DRAWS) -> None:
+                 period_ms: int = DEFAULT_PERIOD_MS, slice_draws: int = DEFAULT_SLICE_DRAWS,
+                 publish_key: bytes | None = None) -> None:
         if period_ms < 1 or slice_draws < 1:
             raise ValueError(f"period_ms and slice_draws: at least 1, got {period_ms} and {slice_draws}")
         self.store = store
+        self.publish_key = publish_key if publish_key is not None else credentials.publish_key()
         self.server_timeout_ms = server_timeout_ms
         self._first_tick: int | None = None  # the shell's clock at the first timer run of this process
         self._lost_sent: dict[str, int] = {}  # server -> last heard, of the ServerLost sent and not read back yet
@@ -231,6 +235,10 @@ class PlannerAgent:
             if env is None:
                 continue
             if logical != COMMANDS and seen(env, batch, self.store, c):
+                continue
+            refused = publish_refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
+            if refused is not None:
+                self._bad(rec, refused)
                 continue
             try:
                 t = self.state.evolve(env)

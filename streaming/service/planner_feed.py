@@ -43,6 +43,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from streaming import credentials
 from streaming.service.delivery import on_pool
 from streaming.service.election import HEADER, say
 from streaming.service.intake import InputRecord
@@ -106,7 +107,7 @@ class PlannerFeed:
     def _feed(self, stop: threading.Event) -> None:
         planner = self.planner
         consumer = Consumer({
-            "bootstrap.servers": self.bootstrap,
+            **credentials.client_config(self.bootstrap),
             "group.id": f"{planner.topics.prefix}coordinator.planner-feed",  # never joined: manual assignment
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,

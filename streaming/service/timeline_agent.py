@@ -8,8 +8,9 @@ Per batch, in this order (its exactly-once effect, docs/architecture.md):
 
 1. each record below the stored next offset of its partition is skipped
    (already applied); undecodable or invalid records (bad JSON, bad fields, an
-   event type of another topic, a segment id text naming no segment) are
-   dead-lettered with the reason; events whose id was already applied are
+   event type of another topic, a segment id text naming no segment, a
+   ``segments_published`` the lockbox did not seal: :mod:`coordinator.locks.seal`)
+   are dead-lettered with the reason; events whose id was already applied are
    dropped; the others are folded through ``Timelines.apply``;
 2. every state change becomes a ``SegmentVisibilityChanged`` envelope, in
    order, keyed by dataSource, with ``causation_id`` = the input event's id,
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from coordinator.locks.seal import publish_refusal
 from coordinator.timeline.timelines import Timelines
 from events.envelope import Envelope
 from events.ids import derived_event_id
@@ -37,6 +39,7 @@ from events.schema import EventValidationError
 from events.segment import SegmentId
 from events.topics import SEGMENTS, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
+from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
 from streaming.service.state import AgentStateStore, StoreBatch
 from streaming.service.timeline_facts import (
@@ -59,8 +62,9 @@ STORE_NAME = "timeline"
 class TimelineAgent:
     """The fold, its store and its sink; one instance per process, single-threaded."""
 
-    def __init__(self, store: AgentStateStore, topics: Topics, sink: Sink) -> None:
+    def __init__(self, store: AgentStateStore, topics: Topics, sink: Sink, publish_key: bytes | None = None) -> None:
         self.store = store
+        self.publish_key = publish_key if publish_key is not None else credentials.publish_key()
         self.topics = topics
         self.input_topic = topics.name(SEGMENTS)
         self.sink = sink
@@ -81,6 +85,10 @@ class TimelineAgent:
         for rec in records:
             env = admit(rec, SEGMENTS, self._next, batch, c, self._dead_letter)
             if env is None or seen(env, batch, self.store, c):
+                continue
+            refused = publish_refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
+            if refused is not None:
+                self._dead_letter(rec, refused)
                 continue
             try:
                 sids = touched_ids(self.timelines, env.event)

@@ -77,7 +77,9 @@ def refuse_duplicate(bootstrap: str, group: str, me: WorkerIdentity, *, attempts
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    from streaming import credentials
+
+    admin = AdminClient(credentials.client_config(bootstrap))
     wanted = me.instance_id(group)
     for attempt in range(attempts):
         try:

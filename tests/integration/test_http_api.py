@@ -8,6 +8,7 @@ values the cluster state implies.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import urllib.error
 import urllib.request
@@ -20,6 +21,7 @@ from events import Interval, SegmentDescriptor, Topics
 from events.cluster import ServerJoined
 from events.segments import SegmentsPublished
 from events.topics import METRICS
+from streaming.http import TOKEN_ENV
 from tests.integration.test_service_planner import Historicals, PlanService, decoded, send
 from tests.integration.test_service_timeline import T0, read_all, wait_for
 
@@ -91,15 +93,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+TOKEN = "http-test-token-" + socket.gethostname()
+
+
 class Api:
-    def __init__(self, port: int, service: PlanService) -> None:
+    def __init__(self, port: int, service: PlanService, token: str | None = TOKEN) -> None:
         self.base = f"http://127.0.0.1:{port}"
         self.service = service  # the worker serving it (a wait fails with its log if it exits)
+        self.token = token  # sent with writes (the worker requires it: SEGCOORD_HTTP_TOKEN)
 
-    def call(self, method: str, path: str, body: object = None, raw: bytes | None = None) -> tuple[int, Any]:
+    def call(self, method: str, path: str, body: object = None, raw: bytes | None = None,
+             authorization: str | None = None) -> tuple[int, Any]:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        elif self.token is not None and method != "GET":
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 text = resp.read()
@@ -127,7 +138,11 @@ def cluster(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     port = free_port()
     svc = PlanService(kafka_bootstrap, topics, tmp / "state", tmp / "run.log", plan_every=1)
     svc.args += ["--http", f"127.0.0.1:{port}"]
-    svc.start()
+    os.environ[TOKEN_ENV] = TOKEN  # the worker's write token (the subprocess inherits it)
+    try:
+        svc.start()
+    finally:
+        del os.environ[TOKEN_ENV]
     api = Api(port, svc)
     try:
         with Historicals(kafka_bootstrap, topics, ["h1", "h2"]):
@@ -198,6 +213,18 @@ def test_loadqueue(cluster: tuple[Api, Topics, str]) -> None:
     full = api.get(f"{V1}/loadqueue")
     shaped(full, LOADQUEUE)
     assert full["h1"] == {"segmentsToLoad": [], "segmentsToDrop": []}
+
+
+def test_writes_need_the_token_and_reads_do_not(cluster: tuple[Api, Topics, str]) -> None:
+    api, _topics, _ = cluster
+    rules = [{"type": "loadForever", "tieredReplicants": {"hot": 2}}]
+    before = api.get(f"{V1}/rules/wiki")
+    for authorization in ("", "Bearer wrong", f"Basic {TOKEN}", f"Bearer {TOKEN}x"):
+        status, err = api.call("POST", f"{V1}/rules/wiki", [{"type": "dropForever"}], authorization=authorization)
+        assert status == 401 and "authentication required" in err["errorMessage"], (authorization, status, err)
+    assert api.get(f"{V1}/rules/wiki") == before  # nothing was written
+    assert api.call("POST", f"{V1}/rules/wiki", rules)[0] == 200  # with the token
+    assert api.call("GET", f"{V1}/servers", authorization="")[0] == 200  # reads are open unless configured
 
 
 def test_rules_get_and_post(cluster: tuple[Api, Topics, str]) -> None:

@@ -17,10 +17,9 @@ import pytest
 from events import Envelope, Event, Interval, SegmentDescriptor, Topics
 from events.cluster import ServerJoined
 from events.schema import Instant
-from events.segments import SegmentsPublished
-from events.tasks import LockRequested, TaskStarted
+from events.tasks import LockRequested, PublishRequested, TaskStarted
 from streaming.cli import main
-from tests.integration.test_service_planner import Historicals, PlanService, decoded, send
+from tests.integration.test_service_planner import Historicals, PlanService, decoded, publish_through_lockbox, send
 from tests.integration.test_service_timeline import T0, wait_for
 
 pytestmark = pytest.mark.integration
@@ -111,7 +110,7 @@ def test_every_operator_command(kafka_bootstrap: str, topics: Topics, tmp_path: 
             task_request(TaskStarted(task_id=task, group_id=task, task_type="index_kafka", data_source="wiki"))
             task_request(LockRequested(request_id=f"r-{task}", task_id=task, group_id=task, task_type="index_kafka",
                                        data_source="wiki", interval=Interval(T0, T0 + 3 * DAY),
-                                       granularity="timeChunk", lock_type="exclusive"))
+                                       granularity="timeChunk", lock_type="exclusive", version="v1"))
 
         def locks() -> Any:
             doc = cli.json("locks")
@@ -122,7 +121,8 @@ def test_every_operator_command(kafka_bootstrap: str, topics: Topics, tmp_path: 
 
         # publish: the planner loads 2 replicas on the hot tier; loadstatus, datasources, segments, lookup
         segments = [seg(0), seg(1), seg(2)]
-        send(kafka_bootstrap, topics, SegmentsPublished(task_id="t1", segments=tuple(segments)), "wiki")
+        publish_through_lockbox(kafka_bootstrap, topics, tuple(segments), "wiki", request_event=PublishRequested(
+            request_id="p-t1", task_id="t1", segments=tuple(segments)))  # t1 holds the lock: the lockbox accepts
         wait_for("wiki fully loaded", lambda: cli.json("loadstatus", "--full") == {"hot": {"wiki": 0}}, service, 60)
         assert cli.json("loadstatus") == {"loadStatus": {"wiki": 100.0},
                                           "tiers": {"hot": {"segments": 3, "unavailable": 0, "underReplicated": 0}}}

@@ -130,9 +130,11 @@ def test_broker_killed_and_restarted_mid_stream_service_resumes_and_loses_nothin
 
 
 def lockbox_published(bootstrap: str, topics: Topics) -> list[bytes]:
-    """The lockbox's ``SegmentsPublished`` on ``segments``, deduplicated (the test's own have no cause)."""
+    """The lockbox agent's ``SegmentsPublished`` on ``segments``, deduplicated (the test's own, sealed in-process by
+    ``tests.accepted.through_lockbox``, name a ``req-`` cause)."""
     return dedup([r for r in read_all(bootstrap, topics.name(SEGMENTS))
-                  if isinstance(e := decode(r.value), Envelope) and e.causation_id is not None], SegmentsPublished)
+                  if isinstance(e := decode(r.value), Envelope) and e.causation_id is not None
+                  and not e.causation_id.startswith("req-")], SegmentsPublished)
 
 
 def test_sigterm_while_the_broker_is_down_stops_the_service_and_the_restart_resumes(

@@ -26,11 +26,13 @@ from typing import Any
 import orjson
 import pytest
 
+from coordinator.locks.seal import publish_refusal
 from coordinator.timeline.timelines import Timelines
 from events import DeadLettered, Envelope, Event, Topics, decode, encode
 from events.schema import EventValidationError
 from events.segments import SegmentsPublished
 from events.topics import DEADLETTER, LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
+from streaming.credentials import publish_key
 from streaming.producer import EventProducer
 from streaming.service.lockbox_agent import FORMAT_VERSION as LB_FORMAT
 from streaming.service.lockbox_agent import STORE_NAME as LB_STORE
@@ -66,6 +68,9 @@ def refusal(value: bytes | None, logical_topic: str) -> str | None:
         if env.event.event_topic != logical_topic:
             return f"belongs on {env.event.event_topic}"
         if logical_topic == SEGMENTS:
+            sealed = publish_refusal(env, publish_key())  # a changed publish no longer carries the lockbox's seal
+            if sealed is not None:
+                return sealed
             Timelines().apply(env.event)
     except EventValidationError as e:
         return str(e)

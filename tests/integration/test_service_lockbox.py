@@ -22,16 +22,18 @@ import orjson
 import pytest
 
 from coordinator.locks.lockbox import Lockbox
+from coordinator.locks.seal import seal_publish
 from coordinator.locks.snapshot import encode_snapshot
 from events import Envelope, Event, Interval, SegmentDescriptor, Topics, decode, encode
 from events.ids import derived_event_id
-from events.locks import LockGranted, LockWaiting, PublishAccepted, SegmentAllocated
+from events.locks import LockGranted, LockWaiting, PublishAccepted, SegmentAllocated, SegmentsImported
 from events.schema import EventValidationError, Instant
 from events.segments import SegmentsPublished
 from events.tasks import LockRequested, PublishRequested, SegmentAllocationRequested, TaskFinished, TaskStarted
 from events.topics import DEADLETTER, LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
 from events.visibility import SegmentVisibilityChanged
 from streaming.admin import create_topics
+from streaming.credentials import publish_key
 from streaming.producer import EventProducer
 from streaming.service.lockbox_agent import (
     FORMAT_VERSION,
@@ -275,11 +277,19 @@ def pure_fold(records: list[Raw]) -> Expected:
         for i, d in enumerate(decisions):
             locks.append(encode(Envelope(d, derived_event_id(r.topic, r.partition, r.offset, i), e.occurred_at,
                                          e.key, e.event_id)))
-        for j, d in enumerate(x for x in decisions if isinstance(x, PublishAccepted)):
-            sp = SegmentsPublished(task_id=d.task_id, segments=d.segments, start_metadata=d.start_metadata,
-                                   end_metadata=d.end_metadata)
-            segments.append(encode(Envelope(sp, derived_event_id(r.topic, r.partition, r.offset, len(decisions) + j),
-                                            e.occurred_at, d.segments[0].data_source, e.event_id)))
+        accepted = [(i, d) for i, d in enumerate(decisions) if isinstance(d, PublishAccepted)
+                    or (isinstance(d, SegmentsImported) and not d.already_imported)]
+        for j, (i, d) in enumerate(accepted):  # each sealed, naming its decision (coordinator/locks/seal.py)
+            if isinstance(d, SegmentsImported):
+                sp = SegmentsPublished(task_id=f"import:{d.request_id}", segments=d.segments)
+            else:
+                assert isinstance(d, PublishAccepted)
+                sp = SegmentsPublished(task_id=d.task_id, segments=d.segments, start_metadata=d.start_metadata,
+                                       end_metadata=d.end_metadata)
+            unsealed = Envelope(sp, derived_event_id(r.topic, r.partition, r.offset, len(decisions) + j),
+                                e.occurred_at, d.segments[0].data_source, e.event_id)
+            decision_id = derived_event_id(r.topic, r.partition, r.offset, i)
+            segments.append(encode(seal_publish(unsealed, decision_id, publish_key())))
     return Expected(box, applied, locks, segments, bad)
 
 

@@ -30,6 +30,7 @@ from streaming.historical import Historical
 from streaming.producer import EventProducer
 from streaming.service.planner_agent import FORMAT_VERSION, STORE_NAME, load_state
 from streaming.service.state import AgentStateStore
+from tests.accepted import import_request
 from tests.integration.test_service_timeline import SEGCOORD, T0, Service, read_all, wait_for
 
 pytestmark = pytest.mark.integration
@@ -91,6 +92,10 @@ def seg(d: int, version: str = "v1", size: int = 1000) -> SegmentDescriptor:
 
 
 def send(bootstrap: str, topics: Topics, event: Event, key: str) -> Envelope[Event]:
+    """Write one event; a ``SegmentsPublished`` goes through the lockbox instead (only its publishes count): its
+    segments are imported (``segments_import_requested``) and the lockbox's sealed publish is returned."""
+    if isinstance(event, SegmentsPublished):
+        return publish_through_lockbox(bootstrap, topics, event.segments, key)
     env = Envelope(event, uuid.uuid4().hex, Instant(int(time.time() * 1000)), key)
     producer = EventProducer(bootstrap, topics)
     try:
@@ -99,6 +104,20 @@ def send(bootstrap: str, topics: Topics, event: Event, key: str) -> Envelope[Eve
     finally:
         producer.close()
     return env
+
+
+def publish_through_lockbox(bootstrap: str, topics: Topics, segments: tuple[SegmentDescriptor, ...], key: str,
+                            timeout: float = 120.0, request_event: Event | None = None) -> Envelope[Event]:
+    """Import ``segments`` (or send ``request_event``, e.g. a task's ``PublishRequested``) through the running
+    service's lockbox; its ``segments_published`` once on the log."""
+    request = send(bootstrap, topics, request_event or import_request(segments, uuid.uuid4().hex), key)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for env in decoded(bootstrap, topics, SEGMENTS):
+            if isinstance(env.event, SegmentsPublished) and env.causation_id == request.event_id:
+                return env
+        time.sleep(0.2)
+    raise AssertionError(f"the lockbox published no import of {len(segments)} segment(s) within {timeout:.0f}s")
 
 
 def test_publish_loads_at_once_and_drop_rule_unloads(kafka_bootstrap: str, topics: Topics, tmp_path: Path,

@@ -47,13 +47,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from events import Envelope, Event, Interval, SegmentDescriptor, Topics, decode
 from events.cluster import DynamicConfigSet, RulesSet, SegmentLoadRefused, ServerJoined
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
-from events.segments import SegmentsPublished
 from events.topics import CLUSTER, COMMANDS, SEGMENTS
 from streaming.admin import create_topics
 from streaming.replay import audit
 from streaming.service.intake import InputRecord
 from streaming.service.planner_agent import FAULT_ENV, FORMAT_VERSION, STORE_NAME, PlannerAgent
 from streaming.service.state import AgentStateStore
+from tests.accepted import import_request
 from tests.integration.test_service_planner import Historicals, PlanService, send
 from tests.integration.test_service_timeline import T0, wait_for
 
@@ -218,8 +218,8 @@ def test_sigkill_at_random_points_one_id_per_copy_convergence_and_store_equals_f
     def publish() -> None:
         for batch, gap in zip(batches, gaps, strict=True):
             time.sleep(gap)
-            send(kafka_bootstrap, topics, SegmentsPublished(task_id=f"t{batch[0].interval.start}",
-                                                            segments=tuple(batch)), "wiki")
+            # through the lockbox (an import), without waiting for it: the worker is being killed meanwhile
+            send(kafka_bootstrap, topics, import_request(batch, f"t{batch[0].interval.start}"), "wiki")
 
     want = {str(s.id) for s in segments}
 

@@ -21,6 +21,7 @@ from events.topics import CLUSTER, COMMANDS, SEGMENTS
 from streaming.service.intake import InputRecord
 from streaming.service.planner_agent import FORMAT_VERSION, PlannerAgent, command_id
 from streaming.service.state import AgentStateStore
+from tests.accepted import through_lockbox
 
 T0 = 1_795_219_200_000
 DAY = 86_400_000
@@ -64,7 +65,7 @@ class Log:
         return InputRecord(topic, 0, offset, env.key.encode(), encode(env), T0)
 
     def event(self, event: Event, event_id: str, key: str, at: int = T0) -> InputRecord:
-        return self.record(event.event_topic, Envelope(event, event_id, Instant(at), key))
+        return self.record(event.event_topic, through_lockbox(Envelope(event, event_id, Instant(at), key)))
 
 
 def cluster(log: Log, servers: tuple[str, ...] = ("h1", "h2")) -> list[InputRecord]:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from coordinator.locks.seal import publish_refusal
 from coordinator.timeline.timelines import Timelines
 from events import DeadLettered, Envelope, Event, Interval, SegmentDescriptor, Topics, decode
 from events.ids import derived_event_id
@@ -33,10 +34,12 @@ from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPubl
 from events.topics import DEADLETTER, SEGMENTS, TIMELINE
 from events.visibility import SegmentVisibilityChanged
 from streaming.admin import create_topics
+from streaming.credentials import publish_key
 from streaming.producer import EventProducer
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import FORMAT_VERSION, STORE_NAME, stored_facts, stored_states
 from streaming.service.timeline_facts import all_facts, all_states
+from tests.accepted import through_lockbox
 
 pytestmark = pytest.mark.integration
 SEGCOORD = str(Path(sys.executable).parent / "segcoord")
@@ -51,7 +54,8 @@ def seg(ds: str, day: int, version: str, partition: int = 0, core: int = 0) -> S
 
 
 def env(event: Event, event_id: str, key: str, at: int = T0) -> Envelope[Event]:
-    return Envelope(event, event_id, Instant(at), key)
+    """The envelope; a ``segments_published`` as the lockbox writes it (only its publishes are taken)."""
+    return through_lockbox(Envelope(event, event_id, Instant(at), key))
 
 
 # -- the oracle: a pure fold of the input topic -----------------------------------------------------
@@ -83,6 +87,9 @@ def pure_fold(records: list[Raw]) -> Expected:
                 raise EventValidationError("event_type", e.event_type, "not a segments event")
             if e.event_id in seen:
                 continue
+            refused = publish_refusal(e, publish_key())
+            if refused is not None:
+                raise EventValidationError("payload.seal", None, refused)
             changes = timelines.apply(e.event)
         except EventValidationError as err:
             bad[(r.partition, r.offset)] = str(err)

@@ -22,6 +22,7 @@ from events.envelope import Envelope
 from events.registry import Event
 from events.schema import Instant
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
+from tests.accepted import through_lockbox
 
 H = 3_600_000
 T0 = 1_767_225_600_000  # 2026-01-01
@@ -109,5 +110,5 @@ def history(draw: st.DrawFn, size: int = 40) -> list[Envelope[Event]]:
             event = DynamicConfigSet(config={"decommissioningNodes": draw(st.lists(st.sampled_from(SERVERS),
                                                                                    max_size=2, unique=True))})
             key = "config"
-        out.append(Envelope(event, event_id, Instant(at), key, cause))
+        out.append(through_lockbox(Envelope(event, event_id, Instant(at), key, cause)))
     return out

@@ -43,6 +43,7 @@ from streaming.replay import LogFold, LogRecord
 from streaming.service.intake import InputRecord
 from streaming.service.planner_agent import FORMAT_VERSION, PlannerAgent, load_state
 from streaming.service.state import AgentStateStore
+from tests.accepted import through_lockbox
 from tests.unit.placement.history import history
 
 EXAMPLES = int(os.environ.get("PLACEMENT_EXAMPLES", "100"))
@@ -232,7 +233,7 @@ def test_a_server_that_left_serves_nothing_in_replay_timeline_and_planner() -> N
     seg = POOL[0]
     events: list[Envelope[Event]] = [
         Envelope(ServerJoined(server="h1", tier="hot", max_size_bytes=1000), "e0", Instant(T0), "h1"),
-        Envelope(SegmentsPublished(task_id="t", segments=(seg,)), "e1", Instant(T0), "wiki"),
+        through_lockbox(Envelope(SegmentsPublished(task_id="t", segments=(seg,)), "e1", Instant(T0), "wiki")),
         Envelope(SegmentAnnounced(server="h1", segment=seg), "e2", Instant(T0), "wiki"),
         Envelope(ServerLeft(server="h1"), "e3", Instant(T0 + 1), "h1")]
     sink = Collect()

@@ -1,0 +1,260 @@
+"""Hostile input for every agent: records built to be large or deep, fed one per batch, each timed.
+
+Used by ``bench/hostile.py`` (prints the worst per-event time against a plain event measured in the same
+run) and by ``tests/unit/service/test_hostile_input.py`` (nothing lost, nothing crashes, every refused
+record dead-lettered with a reason). Each case is a name and a list of raw records for one agent's input
+topic; the agents run on a real RocksDB store with a sink that keeps what they emit.
+
+The cases, per agent (size and shape, :mod:`events.limits`):
+
+- every agent: a message just over ``MAX_EVENT_BYTES``; a list one over its bound; a 900 KB string; a
+  deeply nested opaque JSON value (``loadSpec``/``startMetadata`` of depth 5,000);
+- timeline and planner (``segments``): a segment overshadowing 32,768 ids; one chunk's atomic update group
+  of 400 segments naming all 400 ids; a chain of 300 overwrite generations in one chunk, each hiding the
+  last (each event re-resolves the chunk); a Druid ``numbered_overwrite`` shard spec with a root range
+  of 2^31 and a group size of 2^31 (refused: outside Druid's partition id space); 5,000 segments in one
+  publish; mark-unused of 10,000 ids;
+- lockbox (``lock-requests``): a publish request of 5,000 segments; a lock request naming 32,768 partitions;
+  500 tasks each waiting on one lock (the waiter queue is re-examined on every release);
+- planner (``cluster``): 100 rules for one data source; a dynamic config with 50,000 keys.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from coordinator.locks.lockbox import Lockbox
+from coordinator.locks.seal import seal_publish
+from events import Envelope, Event, Interval, SegmentDescriptor, Topics, encode
+from events.cluster import DynamicConfigSet, RulesSet, ServerJoined
+from events.deadletter import DeadLettered
+from events.ids import derived_event_id
+from events.limits import MAX_EVENT_BYTES
+from events.locks import SegmentsImported
+from events.schema import Instant
+from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished
+from events.tasks import LockReleaseRequested, LockRequested, PublishRequested, SegmentsImportRequested, TaskStarted
+from events.topics import CLUSTER, LOCK_REQUESTS, SEGMENTS
+from streaming.service.intake import InputRecord
+
+T0 = 1_767_225_600_000
+DAY = 86_400_000
+TOPICS = Topics("hostile.")
+Raw = tuple[bytes | None, bytes | None]  # key, value
+
+
+@dataclass
+class Case:
+    name: str
+    topic: str  # logical
+    records: list[Raw]
+
+
+@dataclass
+class Timed:
+    name: str
+    agent: str
+    events: int
+    worst_s: float
+    total_s: float
+    dead_lettered: int
+    applied: int
+
+
+@dataclass
+class KeepSink:
+    sent: list[Envelope[Event]] = field(default_factory=list)
+
+    def send(self, envelope: Envelope[Event]) -> None:
+        self.sent.append(envelope)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        pass
+
+
+def seg(day: int, p: int = 0, version: str = "v1", ds: str = "wiki", **kw: Any) -> SegmentDescriptor:
+    return SegmentDescriptor(ds, Interval(T0 + day * DAY, T0 + (day + 1) * DAY), version, p, 100, **kw)
+
+
+def raw(event: Event, event_id: str, key: str = "wiki") -> Raw:
+    return key.encode(), encode(Envelope(event, event_id, Instant(T0), key))
+
+
+class Publisher:
+    """Publishes as the lockbox writes them: each batch of segments imported through a pure lockbox, sealed."""
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+        self.box = Lockbox()
+        self.n = 0
+
+    def publish(self, segments: tuple[SegmentDescriptor, ...]) -> Raw:
+        self.n += 1
+        rid = f"imp{self.n}"
+        [decision] = self.box.handle(Envelope(SegmentsImportRequested(rid, segments, "hostile"), rid, Instant(T0),
+                                              "wiki"))
+        assert isinstance(decision, SegmentsImported), decision
+        out = SegmentsPublished(task_id=f"import:{rid}", segments=segments)
+        env = Envelope(out, f"pub{self.n}", Instant(T0), segments[0].data_source, rid)
+        sealed = seal_publish(env, derived_event_id("hostile", 0, self.n, 0), self.key)
+        return sealed.event.segments[0].data_source.encode(), encode(sealed)
+
+
+def _oversized(template: Raw) -> Raw:
+    doc = orjson.loads(template[1] or b"{}")
+    doc["payload"]["padding"] = "x" * MAX_EVENT_BYTES
+    return template[0], orjson.dumps(doc)
+
+
+def segments_cases(key: bytes) -> list[Case]:
+    pub = Publisher(key)
+    plain = pub.publish((seg(0),))
+    cases = [Case("plain publish + announce", SEGMENTS, [plain, raw(SegmentAnnounced(server="h1", segment=seg(0)),
+                                                                     "a0")])]
+    cases.append(Case("oversized message", SEGMENTS, [_oversized(plain)]))
+    cases.append(Case("900 KB string", SEGMENTS, [raw(SegmentAnnounced(server="h" * 900_000, segment=seg(1)),
+                                                      "big-server")]))
+    cases.append(Case("nested loadSpec depth 5000", SEGMENTS, [
+        (b"wiki", orjson.dumps({"event_type": "segment_announced", "schema_version": 1, "event_id": "deep",
+                                "occurred_at": "2026-01-01T00:00:00Z", "key": "wiki", "causation_id": None,
+                                "payload": {"server": "h1", "segment": {
+                                    "dataSource": "wiki", "interval": "2026-01-02/P1D", "version": "v1",
+                                    "loadSpec": {"n": [[[[]]]]}}}}).replace(
+            b'{"n":[[[[]]]]}', b'{"n":' + b"[" * 5000 + b"]" * 5000 + b"}"))]))
+    cases.append(Case("overshadowedSegments of 32768 ids", SEGMENTS, [
+        pub.publish((seg(2, 32768, overshadowed_segments=tuple(range(32768)), atomic_update_group=(32768,)),)),
+        raw(SegmentAnnounced(server="h1", segment=seg(2, 32768, overshadowed_segments=tuple(range(32768)),
+                                                      atomic_update_group=(32768,))), "a-over")]))
+    group = tuple(range(32768, 32768 + 400))
+    wide = tuple(seg(3, p, atomic_update_group=group, overshadowed_segments=(0,)) for p in group)
+    cases.append(Case("atomicUpdateGroup of 400 x 400", SEGMENTS,
+                      [pub.publish(wide), *[raw(SegmentAnnounced(server="h1", segment=s), f"a-wide{i}")
+                                            for i, s in enumerate(wide[:50])]]))
+    chain = []
+    for k in range(300):  # generation k hides generation k-1 in one chunk
+        s = seg(4, 32768 + k, overshadowed_segments=(32768 + k - 1,) if k else (0,), atomic_update_group=(32768 + k,))
+        chain += [pub.publish((s,)), raw(SegmentAnnounced(server="h1", segment=s), f"a-chain{k}")]
+    cases.append(Case("overwrite chain of 300 generations", SEGMENTS, chain))
+    huge = {"type": "numbered_overwrite", "partitionId": 32768, "startRootPartitionId": 0,
+            "endRootPartitionId": 2**31, "minorVersion": 1, "atomicUpdateGroupSize": 2**31}
+    cases.append(Case("numbered_overwrite root range 2^31", SEGMENTS, [
+        raw(SegmentAnnounced(server="h1", segment=seg(5, 32768, shard_spec=huge)), "a-huge")]))
+    many = tuple(seg(6 + i // 100, i % 100) for i in range(5000))
+    cases.append(Case("publish of 5000 segments", SEGMENTS, [pub.publish(many)]))
+    too_many = orjson.loads(orjson.dumps({"ids": [str(s.id) for s in many] * 3}))["ids"][:10_001]
+    cases.append(Case("mark-unused of 10001 ids (over the bound)", SEGMENTS, [
+        (b"wiki", orjson.dumps({"event_type": "segments_marked_unused", "schema_version": 1, "event_id": "mu",
+                                "occurred_at": "2026-01-01T00:00:00Z", "key": "wiki", "causation_id": None,
+                                "payload": {"segmentIds": too_many, "reason": "x"}}))]))
+    cases.append(Case("mark-unused of 5000 ids", SEGMENTS, [
+        raw(SegmentsMarkedUnused(segment_ids=tuple(str(s.id) for s in many), reason="x"), "mu2")]))
+    forged = replace(SegmentsPublished(task_id="t", segments=(seg(7),)))
+    cases.append(Case("forged publish", SEGMENTS, [raw(forged, "forged")]))
+    return cases
+
+
+def lock_request_cases() -> list[Case]:
+    def task(i: int) -> Raw:
+        return raw(TaskStarted(task_id=f"t{i}", group_id=f"g{i}", task_type="index", data_source="wiki"), f"s{i}")
+
+    def lock(i: int, **kw: Any) -> Raw:
+        return raw(LockRequested(request_id=f"l{i}", task_id=f"t{i}", group_id=f"g{i}", task_type="index",
+                                 data_source="wiki", interval=Interval(T0, T0 + DAY), granularity="timeChunk",
+                                 lock_type="exclusive", **kw), f"l{i}")
+
+    cases = [Case("plain task + lock", LOCK_REQUESTS, [task(0), lock(0)])]
+    cases.append(Case("oversized message", LOCK_REQUESTS, [_oversized(task(1))]))
+    cases.append(Case("publish request of 5000 segments", LOCK_REQUESTS, [
+        raw(PublishRequested(request_id="p", task_id="t0", segments=tuple(seg(0, p) for p in range(5000))), "p")]))
+    over = {"event_type": "publish_requested", "schema_version": 1, "event_id": "p2",
+            "occurred_at": "2026-01-01T00:00:00Z", "key": "wiki", "causation_id": None,
+            "payload": {"requestId": "p2", "taskId": "t0", "segments": [
+                {"dataSource": "wiki", "interval": "2026-01-01/P1D", "version": "v1", "partitionId": p}
+                for p in range(5001)]}}
+    cases.append(Case("publish request of 5001 segments (over the bound)", LOCK_REQUESTS,
+                      [(b"wiki", orjson.dumps(over))]))
+    cases.append(Case("segment lock of 32768 partitions", LOCK_REQUESTS, [
+        task(2), raw(LockRequested(request_id="l2", task_id="t2", group_id="g2", task_type="index", data_source="wiki",
+                                   interval=Interval(T0 + DAY, T0 + 2 * DAY), granularity="segment",
+                                   lock_type="exclusive", partition_ids=tuple(range(32768))), "l2")]))
+    waiters = [r for i in range(10, 510) for r in (task(i), lock(i, mode="blocking"))]
+    waiters.append(raw(LockReleaseRequested(request_id="rel", task_id="t0", data_source="wiki",
+                                            interval=Interval(T0, T0 + DAY)), "rel"))
+    cases.append(Case("500 waiters on one lock, then its release", LOCK_REQUESTS, waiters))
+    shallow = encode(Envelope(PublishRequested(request_id="pm", task_id="t0", segments=(seg(9),),
+                                               start_metadata={"n": 1}), "pm", Instant(T0), "wiki"))
+    cases.append(Case("nested startMetadata depth 5000", LOCK_REQUESTS, [
+        (b"wiki", shallow.replace(b'{"n":1}', b'{"n":' + b"[" * 5000 + b"]" * 5000 + b"}"))]))
+    return cases
+
+
+def cluster_cases() -> list[Case]:
+    rules = tuple({"type": "loadByInterval", "interval": f"{2000 + i}-01-01/P1Y", "tieredReplicants": {"hot": 1}}
+                  for i in range(100))
+    return [
+        Case("plain server join", CLUSTER, [raw(ServerJoined(server="h1", tier="hot", max_size_bytes=10**9), "j",
+                                                "h1")]),
+        Case("100 rules for one data source", CLUSTER, [raw(RulesSet(data_source="wiki", rules=rules), "r",
+                                                            "rules/wiki")]),
+        Case("dynamic config of 50000 keys", CLUSTER, [raw(DynamicConfigSet(config={f"k{i}": i for i in range(50_000)}),
+                                                           "c", "config")]),
+        Case("oversized message", CLUSTER, [_oversized(raw(ServerJoined(server="h2", tier="hot", max_size_bytes=1),
+                                                           "j2", "h2"))]),
+    ]
+
+
+@contextmanager
+def agents(key: bytes) -> Iterator[dict[str, tuple[Any, KeepSink]]]:
+    """The three agents on fresh RocksDB stores under a temporary folder, with keeping sinks."""
+    from streaming.service.lockbox_agent import FORMAT_VERSION as LB
+    from streaming.service.lockbox_agent import LockboxAgent
+    from streaming.service.planner_agent import FORMAT_VERSION as PL
+    from streaming.service.planner_agent import PlannerAgent
+    from streaming.service.state import AgentStateStore
+    from streaming.service.timeline_agent import FORMAT_VERSION as TL
+    from streaming.service.timeline_agent import TimelineAgent
+
+    with tempfile.TemporaryDirectory() as tmp, AgentStateStore(Path(tmp) / "tl", TL) as tl, \
+            AgentStateStore(Path(tmp) / "lb", LB) as lb, AgentStateStore(Path(tmp) / "pl", PL) as pl:
+        sinks = KeepSink(), KeepSink(), KeepSink()
+        yield {"timeline": (TimelineAgent(tl, TOPICS, sinks[0], publish_key=key), sinks[0]),
+               "lockbox": (LockboxAgent(lb, TOPICS, sinks[1], publish_key=key), sinks[1]),
+               "planner": (PlannerAgent(pl, TOPICS, sinks[2], publish_key=key), sinks[2])}
+
+
+def run(key: bytes, clock: Callable[[], float] = time.perf_counter) -> Iterator[Timed]:
+    """Every case through every agent that reads its topic, one record per batch; the per-case figures."""
+    plan = {SEGMENTS: ("timeline", "planner"), LOCK_REQUESTS: ("lockbox",), CLUSTER: ("planner",)}
+    cases = [*segments_cases(key), *lock_request_cases(), *cluster_cases()]
+    with agents(key) as by_name:
+        offsets: dict[tuple[str, str], int] = {}
+        for case in cases:
+            for name in plan[case.topic]:
+                agent, sink = by_name[name]
+                topic = TOPICS.name(case.topic)
+                worst = total = 0.0
+                before = (agent.counters.dead_lettered, agent.counters.applied, agent.counters.skipped)
+                for k, v in case.records:
+                    offset = offsets.get((name, topic), 0)
+                    offsets[(name, topic)] = offset + 1
+                    record = InputRecord(topic, 0, offset, k, v, T0)
+                    started = clock()
+                    agent.process([record])
+                    took = clock() - started
+                    worst, total = max(worst, took), total + took
+                c = agent.counters
+                yield Timed(case.name, name, len(case.records), worst, total,
+                            c.dead_lettered - before[0] + c.skipped - before[2], c.applied - before[1])
+                del sink.sent[:]
+
+
+def dead_letters(sink: KeepSink) -> list[DeadLettered]:
+    return [e.event for e in sink.sent if isinstance(e.event, DeadLettered)]

@@ -1,0 +1,159 @@
+"""Only lockbox-accepted publishes change what is used (docs/security.md).
+
+What a user would notice when this fails: a ``segments_published`` written to ``segments`` by anyone
+but the lockbox (a historical's principal, a stray producer on an open broker) becomes visible and is
+loaded; or an import from an existing Druid is lost or committed twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from coordinator.locks.lockbox import Lockbox
+from coordinator.locks.seal import publish_refusal, seal_publish
+from coordinator.locks.snapshot import lockbox_from_json, snapshot_to_json
+from events import Envelope, Event, Interval, SegmentDescriptor, Topics, decode, encode
+from events.deadletter import DeadLettered
+from events.locks import LockGranted, PublishRejected, SegmentsImported, SegmentsImportRejected
+from events.schema import Instant
+from events.segments import SegmentAnnounced, SegmentsPublished
+from events.tasks import LockRequested, PublishRequested, SegmentsImportRequested, TaskStarted
+from events.topics import LOCK_REQUESTS, SEGMENTS
+from streaming.service.intake import InputRecord
+from streaming.service.lockbox_agent import FORMAT_VERSION as LB_FORMAT
+from streaming.service.lockbox_agent import LockboxAgent
+from streaming.service.state import AgentStateStore
+from streaming.service.timeline_agent import FORMAT_VERSION as TL_FORMAT
+from streaming.service.timeline_agent import TimelineAgent
+
+KEY = b"unit-test-publish-key"
+T0 = 1_767_225_600_000
+DAY = 86_400_000
+TOPICS = Topics("unit.")
+
+
+def seg(day: int, version: str = "v1", ds: str = "wiki", size: int = 10) -> SegmentDescriptor:
+    return SegmentDescriptor(ds, Interval(T0 + day * DAY, T0 + (day + 1) * DAY), version, 0, size)
+
+
+def req(event: Event, event_id: str, key: str = "wiki") -> Envelope[Event]:
+    return Envelope(event, event_id, Instant(T0), key)
+
+
+def imp(request_id: str, *segments: SegmentDescriptor) -> Envelope[Event]:
+    return req(SegmentsImportRequested(request_id=request_id, segments=segments, source="unit"), request_id)
+
+
+# -- the import decision -----------------------------------------------------------------------------------
+def test_an_import_commits_its_segments_and_a_reimport_changes_nothing() -> None:
+    box = Lockbox()
+    [first] = box.handle(imp("i1", seg(0), seg(1)))
+    assert isinstance(first, SegmentsImported) and first.segments == (seg(0), seg(1))
+    [again] = box.handle(imp("i2", seg(0), seg(1)))
+    assert isinstance(again, SegmentsImported) and again.already_imported
+    [more] = box.handle(imp("i3", seg(1), seg(2)))  # the committed one is skipped, the new one imported
+    assert isinstance(more, SegmentsImported) and more.segments == (seg(2),) and not more.already_imported
+    assert set(box.sources["wiki"].segments) == {seg(d).id for d in range(3)}
+    restored = lockbox_from_json(snapshot_to_json(box))  # the snapshot keeps imported segments
+    assert set(restored.sources["wiki"].segments) == set(box.sources["wiki"].segments)
+
+
+@pytest.mark.parametrize(("setup", "request_", "reason"), [
+    ([imp("i0", seg(0, size=10))], imp("i1", seg(0, size=99)), "already committed with other contents"),
+    ([], imp("i1", seg(0), seg(0, ds="koala")), "one data source"),
+    ([], imp("i1", seg(0), seg(0)), "names a segment twice"),
+    ([req(TaskStarted(task_id="t", group_id="g", task_type="index", data_source="wiki"), "s"),
+      req(LockRequested(request_id="l", task_id="t", group_id="g", task_type="index", data_source="wiki",
+                        interval=Interval(T0, T0 + DAY), granularity="timeChunk", lock_type="exclusive"), "l")],
+     imp("i1", seg(0)), "overlaps lock"),
+])
+def test_an_import_is_refused_with_the_reason(setup: list[Envelope[Event]], request_: Envelope[Event],
+                                              reason: str) -> None:
+    box = Lockbox()
+    for e in setup:
+        box.handle(e)
+    before = dict(box.sources["wiki"].segments) if "wiki" in box.sources else {}
+    [decision] = box.handle(request_)
+    assert isinstance(decision, SegmentsImportRejected) and reason in decision.reason
+    assert (dict(box.sources["wiki"].segments) if "wiki" in box.sources else {}) == before
+
+
+def test_a_task_cannot_publish_over_an_imported_segment_with_other_contents() -> None:
+    box = Lockbox()
+    box.handle(imp("i1", seg(0)))
+    box.handle(req(TaskStarted(task_id="t", group_id="g", task_type="index", data_source="wiki"), "s"))
+    granted = box.handle(req(LockRequested(request_id="l", task_id="t", group_id="g", task_type="index",
+                                           data_source="wiki", interval=Interval(T0, T0 + DAY),
+                                           granularity="timeChunk", lock_type="exclusive", version="v1"), "l"))
+    assert isinstance(granted[-1], LockGranted)
+    [decision] = box.handle(req(PublishRequested(request_id="p", task_id="t", segments=(seg(0, size=5),)), "p"))
+    assert isinstance(decision, PublishRejected) and "already published" in decision.reason
+
+
+# -- the seal --------------------------------------------------------------------------------------------------
+def published(*segments: SegmentDescriptor, event_id: str = "e1") -> Envelope[SegmentsPublished]:
+    return Envelope(SegmentsPublished(task_id="t", segments=segments), event_id, Instant(T0), "wiki", "r1")
+
+
+def test_a_sealed_publish_verifies_after_the_wire_and_nothing_else_does() -> None:
+    sealed = seal_publish(published(seg(0)), "d1", KEY)
+    assert publish_refusal(decode(encode(sealed)), KEY) is None  # the seal survives encoding
+    assert "no lockbox decision" in (publish_refusal(published(seg(0)), KEY) or "")
+    assert "does not verify" in (publish_refusal(sealed, b"another key") or "")
+    event = sealed.event
+    tampered: list[Envelope[Event]] = [
+        replace(sealed, event=replace(event, segments=(seg(0, size=11),))),  # a field of a segment
+        replace(sealed, event=replace(event, segments=(seg(0), seg(1)))),  # one segment more
+        replace(sealed, event=replace(event, decision_id="d2")),  # another decision
+        replace(sealed, event=replace(event, task_id="t2")),
+        replace(sealed, event_id="e2"),  # a copy under a new id
+        replace(sealed, causation_id="r2"),
+        replace(sealed, key="koala"),
+    ]
+    for env in tampered:
+        assert "does not verify" in (publish_refusal(env, KEY) or ""), env
+    assert publish_refusal(Envelope(SegmentAnnounced(server="h1", segment=seg(0)), "a", Instant(T0), "wiki"),
+                           KEY) is None  # only publishes carry a seal
+
+
+# -- the agents: the lockbox seals, the timeline takes only what it sealed -------------------------------------
+class ListSink:
+    def __init__(self) -> None:
+        self.sent: list[Envelope[Event]] = []
+
+    def send(self, envelope: Envelope[Event]) -> None:
+        self.sent.append(envelope)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        pass
+
+
+def records(topic: str, envs: list[Envelope[Event]], start: int = 0) -> list[InputRecord]:
+    return [InputRecord(topic, 0, start + i, e.key.encode(), encode(e), T0) for i, e in enumerate(envs)]
+
+
+def test_the_timeline_takes_the_lockbox_publish_and_dead_letters_a_forged_one(tmp_path: Path) -> None:
+    lb_sink, tl_sink = ListSink(), ListSink()
+    with AgentStateStore(tmp_path / "lb", LB_FORMAT) as lb_store, AgentStateStore(tmp_path / "tl", TL_FORMAT) as tl:
+        lockbox = LockboxAgent(lb_store, TOPICS, lb_sink, publish_key=KEY)
+        lockbox.process(records(TOPICS.name(LOCK_REQUESTS), [imp("i1", seg(0))]))
+        twins = [e for e in lb_sink.sent if isinstance(e.event, SegmentsPublished)]
+        [decision] = [e for e in lb_sink.sent if isinstance(e.event, SegmentsImported)]
+        assert len(twins) == 1 and twins[0].event.decision_id == decision.event_id  # type: ignore[attr-defined]
+        assert twins[0].causation_id == "i1"
+
+        forged = [published(seg(1), event_id="forged"),  # no decision at all
+                  replace(twins[0], event_id="copy",  # a sealed publish copied with a changed segment
+                          event=replace(twins[0].event, segments=(seg(2),))),  # type: ignore[type-var]
+                  seal_publish(published(seg(3), event_id="wrong-key"), decision.event_id, b"guessed key")]
+        timeline = TimelineAgent(tl, TOPICS, tl_sink, publish_key=KEY)
+        timeline.process(records(TOPICS.name(SEGMENTS), [*forged, twins[0]]))
+        letters = [e.event for e in tl_sink.sent if isinstance(e.event, DeadLettered)]
+        assert [(d.offset, "only the lockbox" in d.reason or "does not verify" in d.reason) for d in letters] == [
+            (0, True), (1, True), (2, True)]
+        changed = {e.event.segment_id for e in tl_sink.sent if not isinstance(e.event, DeadLettered)}  # type: ignore[attr-defined]
+        assert changed == {str(seg(0).id)}
+        assert timeline.timelines.states() == {str(seg(0).id): "offline"}

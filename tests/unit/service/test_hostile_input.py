@@ -1,0 +1,40 @@
+"""Hostile input (size and shape) against every agent: nothing lost, no crash, refusals dead-lettered with a reason.
+
+The cases are :mod:`streaming.hostile`'s (the bench ``bench/hostile.py`` prints their worst per-event times).
+What a user would notice when this fails: one oversized or deeply nested record stops an agent (every restart
+crashes on it again), or a record vanishes without a dead letter saying why.
+"""
+
+from __future__ import annotations
+
+from streaming import hostile
+
+REFUSED = ("oversized", "over the bound", "nested", "2^31", "forged", "50000 keys")
+
+
+def test_every_agent_takes_or_dead_letters_every_hostile_record() -> None:
+    figures = list(hostile.run(b"unit-hostile-key"))
+    assert {t.agent for t in figures} == {"timeline", "lockbox", "planner"}
+    for t in figures:
+        assert t.applied + t.dead_lettered == t.events, t  # nothing lost
+        if any(word in t.name for word in REFUSED):
+            assert t.dead_lettered == t.events, t
+        else:
+            assert t.dead_lettered == 0, t
+
+
+def test_the_refusals_name_their_reason() -> None:
+    with hostile.agents(b"k") as by_name:
+        agent, sink = by_name["timeline"]
+        cases = {c.name: c for c in hostile.segments_cases(b"k")}
+        topic = hostile.TOPICS.name("segments")
+        for i, name in enumerate(["oversized message", "numbered_overwrite root range 2^31",
+                                  "mark-unused of 10001 ids (over the bound)", "forged publish"]):
+            [(key, value)] = cases[name].records
+            agent.process([hostile.InputRecord(topic, 0, i, key, value, hostile.T0)])
+        reasons = [d.reason for d in hostile.dead_letters(sink)]
+    assert len(reasons) == 4
+    assert "at most 1048576 bytes" in reasons[0]
+    assert "payload.segment.shardSpec" in reasons[1] and "numbered_overwrite" in reasons[1]
+    assert "payload.segmentIds" in reasons[2] and "at most 10000 items" in reasons[2]
+    assert "only the lockbox publishes" in reasons[3]
