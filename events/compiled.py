@@ -109,6 +109,9 @@ def _convert(src: _Source, tp: Any, meta: Mapping[str, Any], var: str, indent: i
         if meta.get("non_empty"):
             emit(indent, f"if not {var}:")
             emit(indent + 1, "return FAIL")
+        if meta.get("max_items") is not None:  # a bound (events.limits): the reflective codec names the refusal
+            emit(indent, f"if len({var}) > {int(meta['max_items'])}:")
+            emit(indent + 1, "return FAIL")
         item_meta = {"minimum": meta.get("minimum")}
         if item_tp is Any or item_tp is typing.Any:
             emit(indent, f"{var} = tuple({var})")

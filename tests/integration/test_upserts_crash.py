@@ -24,7 +24,6 @@ from events import (
     Interval,
     SegmentAnnounced,
     SegmentDescriptor,
-    SegmentsPublished,
     Topics,
     UpsertPartition,
     UpsertTableSet,
@@ -34,6 +33,7 @@ from events.topics import CLUSTER, SEGMENTS, UPSERT_STRATEGY
 from streaming.producer import EventProducer
 from streaming.service.state import AgentStateStore
 from streaming.service.upsert_agent import FORMAT_VERSION, STORE_NAME, load_state
+from tests.accepted import import_request
 from tests.integration.test_service_planner import PlanService
 from tests.integration.test_service_timeline import T0, read_all, wait_for
 
@@ -70,7 +70,7 @@ def test_kill_9_mid_stream_ends_equal_to_the_pure_fold(kafka_bootstrap: str, top
                                         upsert_partitions=(UpsertPartition(
                                             key={"source": f"src{n % KEYS:02d}", "date": str(d)},
                                             version=f"v{n:05d}", rows=1),))
-                send(SegmentsPublished(task_id=f"t{n}", segments=(seg,)), "ads_append")
+                send(import_request((seg,), f"import-{n}"), "ads_append")  # only the lockbox publishes
                 send(SegmentAnnounced(server="h1", segment=seg), "ads_append")
                 if round_ < ROUNDS - 1 and n % PER_ROUND == PER_ROUND // 2:
                     producer.flush()

@@ -20,6 +20,7 @@ from events.segments import SegmentAnnounced, SegmentsPublished, SegmentUnannoun
 from streaming.replay import LogFold
 from streaming.service.planner_agent import FORMAT_VERSION, PlannerAgent, load_state
 from streaming.service.state import AgentStateStore
+from tests.accepted import through_lockbox
 from tests.unit.placement.history import POOL, T0
 from tests.unit.placement.test_adapters_agree import TOPICS, Collect, Log
 
@@ -39,7 +40,7 @@ def _cluster() -> list[Envelope[Event]]:
         _env(RulesSet(data_source="_default", rules=(ONE_REPLICA,)), "r", T0, "rules/_default"),
         _env(ServerJoined(server="h1", tier="_default_tier", max_size_bytes=10_000), "j1", T0, "h1"),
         _env(ServerJoined(server="h2", tier="_default_tier", max_size_bytes=10_000), "j2", T0, "h2"),
-        _env(SegmentsPublished(task_id="t", segments=(SEG,)), "p", T0, "wiki"),
+        through_lockbox(_env(SegmentsPublished(task_id="t", segments=(SEG,)), "p", T0, "wiki")),
         _env(SegmentAnnounced(server="h1", segment=SEG), "a1", T0 + 1000, "wiki"),
     ]
 
