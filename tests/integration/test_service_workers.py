@@ -36,7 +36,6 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from events import Interval, SegmentDescriptor, Topics, decode
 from events.cluster import DynamicConfigSet, RulesSet
 from events.commands import LoadSegment
-from events.segments import SegmentsPublished
 from events.topics import COMMANDS, LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
 from streaming.admin import create_topics
 from streaming.producer import EventProducer
@@ -44,6 +43,7 @@ from streaming.replay import audit
 from streaming.service.election import HEADER
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import FORMAT_VERSION, STORE_NAME
+from tests.accepted import import_request
 from tests.integration.test_service_lockbox import dedup, request_stream
 from tests.integration.test_service_lockbox import pure_fold as lockbox_fold
 from tests.integration.test_service_planner import Historicals, send
@@ -180,8 +180,8 @@ def test_three_workers_sigkilled_at_random_points_lose_and_double_nothing(kafka_
                         producer.send(item)
                 producer.flush(60)
                 if i < len(wiki_segments):
-                    send(kafka_bootstrap, topics, SegmentsPublished(task_id=f"wiki{i}", segments=(wiki_segments[i],)),
-                         "wiki")
+                    # through the lockbox (an import): only its sealed publishes change what is used
+                    send(kafka_bootstrap, topics, import_request((wiki_segments[i],), f"wiki{i}"), "wiki")
                 time.sleep(rng.uniform(0.1, 0.4))  # pacing of the stream, not a wait for an outcome
                 if i == next_kill:
                     owner = [w for w in workers if w.leads()]

@@ -45,6 +45,7 @@ from streaming.admin import create_topics
 from streaming.local_broker import LocalBroker
 from streaming.replay import audit
 from streaming.service.outage import PatientProducer, Shutdown
+from tests.accepted import through_lockbox
 from tests.integration.test_service_lockbox import dedup, request_stream
 from tests.integration.test_service_lockbox import pure_fold as lockbox_fold
 from tests.integration.test_service_planner import send
@@ -162,8 +163,9 @@ def test_soak_mixed_load_with_random_faults(own_broker: LocalBroker, tmp_path: P
                 seg = SegmentDescriptor("wiki", Interval(T0 + second * DAY, T0 + (second + 1) * DAY), "v1", 0,
                                         1000)
                 wiki_published.append(seg)
-                producer.send(Envelope(SegmentsPublished(task_id=f"wiki{second}", segments=(seg,)),
-                                       f"wiki-{second}", Instant(int(time.time() * 1000)), "wiki"))
+                # sealed as the lockbox's (only those change what is used: docs/security.md)
+                producer.send(through_lockbox(Envelope(SegmentsPublished(task_id=f"wiki{second}", segments=(seg,)),
+                                                       f"wiki-{second}", Instant(int(time.time() * 1000)), "wiki")))
             producer.flush()
             second += 1
             pause = began + second - time.monotonic()  # pacing of the load, not a wait for an outcome
