@@ -363,6 +363,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
               f"{'' if incremental else ', full runs only'}",
               flush=True)
         upserts = UpsertAgent(up_store, topics, up_producer)
+        upserts.timer_salt = f":{me.worker_id}"  # its timer runs on every worker: run counters are per store
         print(f"upsert agent: {len(upserts.state.tables)} tables, {len(upserts.state.held)} segments restored; "
               f"resuming from {_resume_text(upserts.next_offsets())}"
               f"{' (store wiped: older format)' if up_store.wiped else ''}", flush=True)
