@@ -172,6 +172,9 @@ class Projected:
         # server -> segments whose membership in its built cache changed since the cache was last read (True: in)
         self._cache_delta: dict[str, dict[SegmentId, bool]] = {}
         self.touched_segments: set[SegmentId] = set()  # every segment whose projection changed (callers drain it)
+        # every segment that lost a holder or a command in flight, whether or not its projection changed (a server
+        # that is not joined projects nothing): the fold's candidates to forget (callers drain it)
+        self.released: set[SegmentId] = set()
         # overshadowed marking: used segments by data source and interval, and the segments whose used flag or
         # projection changed since the planner last marked (``mark_all``: it must look at every segment)
         self.used_index: dict[str, IntervalIndex[SegmentId, SegmentId]] = {}
@@ -378,6 +381,7 @@ class Projected:
             mine.add(sid)
         else:
             mine.discard(sid)
+            self.released.add(sid)
         self.dirty.add(("held", f"{name}\x00{sid}"))
         self.dirty.add(("seg", str(sid)))
         self._note_ref(name, sid)
@@ -432,6 +436,7 @@ class Projected:
             if not self.by_move[item.move_id]:
                 del self.by_move[item.move_id]
         self.in_flight[item.segment] -= 1
+        self.released.add(item.segment)
         if not self.in_flight[item.segment]:
             del self.in_flight[item.segment]
         return item

@@ -133,12 +133,15 @@ class PlacementState(Projected):
         """Fold one event (see the module docstring). Raises ValueError on rules or config that do not parse."""
         self.start = env.occurred_at if self.start is None else min(self.start, env.occurred_at)
         self.last_event_at = max(self.last_event_at, env.occurred_at)
-        self.touched_segments = set()
+        self.touched_segments, self.released = set(), set()
         touched = Touched()
         self._evolve(env, touched)
         touched.segments |= self.touched_segments
         self.touched_segments = set()
-        self._forget(touched.segments)
+        # forgetting depends on the facts only, never on whether a projection changed (an unannounce by a server
+        # that is not joined changes none), so the fold forgets the same segments whatever the order of events
+        self._forget(touched.segments | self.released)
+        self.released = set()
         return touched
 
     def evolve_all(self, envelopes: Iterable[Envelope[Event]]) -> Touched:
