@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test install jars browser lint typecheck unit integration bench clean
+.PHONY: run test install jars browser lint typecheck unit integration bench soak clean
 
 $(VENV)/.installed: pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is required (apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -45,6 +45,14 @@ integration: install jars browser
 test: install jars browser lint typecheck
 	@$(BIN)/python -m pytest; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+# not part of `make test`: a 5-minute broker outage, 3 workers on 50k events, and the mixed-load soak
+# (SEGCOORD_SOAK_S seconds, 1800 by default, with SEGCOORD_SOAK_FAULTS random faults, 20 by default)
+soak: install jars
+	SEGCOORD_OUTAGE_S=$${SEGCOORD_OUTAGE_S:-300} SEGCOORD_WORKERS_EVENTS=$${SEGCOORD_WORKERS_EVENTS:-50000} \
+	  $(BIN)/python -m pytest -s tests/soak \
+	  "tests/integration/test_service_broker_restart.py::test_a_long_broker_outage_is_waited_out_nothing_is_lost_and_sigterm_during_one_exits_0" \
+	  "tests/integration/test_service_workers.py::test_three_workers_sigkilled_at_random_points_lose_and_double_nothing"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

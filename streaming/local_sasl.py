@@ -38,6 +38,7 @@ from events.topics import (
     Topics,
 )
 from streaming.credentials import KafkaSecurity, write_properties
+from streaming.service.election import ELECTION_TOPIC
 
 MECHANISM = "SCRAM-SHA-512"
 SUPER = ("admin", "controller")
@@ -162,6 +163,9 @@ def role_acls(topics: Topics) -> list[tuple[str, str, str, str]]:
         if role.name == "coordinator":  # Faust declares its topics at start (they exist: CREATE answers "exists")
             out += [(principal, "TOPIC", topics.name(t), op)
                     for t in ALL_TOPICS for op in ("CREATE", "DESCRIBE_CONFIGS")]
+            # the planner election (streaming.service.election): a one-partition topic segcoord run creates
+            out += [(principal, "TOPIC", topics.prefix + ELECTION_TOPIC, op)
+                    for op in ("READ", "WRITE", "DESCRIBE", "CREATE", "DESCRIBE_CONFIGS")]
     return sorted(set(out))
 
 

@@ -30,6 +30,7 @@ class EventProducer:
     def __init__(self, bootstrap: str, topics: Topics, *, extra: Mapping[str, Any] | None = None) -> None:
         self.topics = topics
         self._errors: list[str] = []
+        self.headers: list[tuple[str, bytes]] | None = None  # sent with every message when set
         self._unpolled = 0
         self._producer = Producer({
             **credentials.client_config(bootstrap),
@@ -55,7 +56,8 @@ class EventProducer:
         :meth:`flush` (a poll per message cost 9% of the worker in py-spy)."""
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
+                self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery,
+                                       headers=self.headers)
                 break
             except BufferError:
                 self._producer.poll(0.1)

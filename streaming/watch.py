@@ -110,21 +110,26 @@ def status(bootstrap: str, topics: Topics, now_ms: int | None = None) -> Status:
     except Exception:  # an unknown group: no worker ever ran
         members = 0
     consumer = Consumer({**credentials.client_config(bootstrap), "group.id": group, "enable.auto.commit": False})
+    # the planner's inputs are read by the elected worker's own consumer, which commits under <group>.planner-feed
+    feed = Consumer({**credentials.client_config(bootstrap), "group.id": group + ".planner-feed",
+                     "enable.auto.commit": False})
     try:
-        behind: dict[str, int] = {}
-        for logical in {t for ins in AGENT_INPUTS.values() for t in ins}:
-            name = topics.name(logical)
-            tps = [TopicPartition(name, p) for p in _partitions(consumer, name)]
+        lag: dict[str, int] = {}
+        for agent, ins in AGENT_INPUTS.items():
+            reader = feed if agent == "planner" else consumer
             total = 0
-            for tp in consumer.committed(tps, timeout=10):
-                low, high = consumer.get_watermark_offsets(tp, timeout=10)
-                total += high - (tp.offset if tp.offset >= 0 else low)
-            behind[logical] = total
-        lag = {agent: sum(behind[t] for t in ins) for agent, ins in AGENT_INPUTS.items()}
+            for logical in ins:
+                name = topics.name(logical)
+                tps = [TopicPartition(name, p) for p in _partitions(consumer, name)]
+                for tp in reader.committed(tps, timeout=10):
+                    low, high = consumer.get_watermark_offsets(tp, timeout=10)
+                    total += high - (tp.offset if tp.offset >= 0 else low)
+            lag[agent] = total
         dead = _count_since(consumer, topics.name(DEADLETTER), now_ms - 3600_000)
         last_plan, balancer = _last_reports(consumer, topics.name(METRICS))
     finally:
         consumer.close()
+        feed.close()
     return Status(members > 0, members, lag, last_plan, dead, balancer)
 
 

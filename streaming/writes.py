@@ -80,24 +80,32 @@ def submit(bootstrap: str, topics: Topics, event: Event, *, wait_s: float = 20.0
         raise WriteError(f"{topic}: not delivered: {'; '.join(errors) or 'no answer from the broker'}")
     partition, offset = landed[0]
     started = time.monotonic()
-    applied = wait_applied(bootstrap, coordinator_group(topics), topic, partition, offset, wait_s)
+    # the planner reads cluster/commands/segments on the elected worker with a consumer of its own, which commits
+    # under <group>.planner-feed (streaming/service/planner_feed.py); the workers' group commits the rest
+    groups = (coordinator_group(topics), coordinator_group(topics) + ".planner-feed")
+    applied = wait_applied(bootstrap, groups, topic, partition, offset, wait_s)
     return Ack(env.event_id, topic, partition, offset, applied, time.monotonic() - started)
 
 
-def wait_applied(bootstrap: str, group: str, topic: str, partition: int, offset: int, wait_s: float) -> bool:
-    """Whether ``group`` committed an offset past ``offset`` on the partition within ``wait_s`` seconds."""
-    consumer = Consumer({**credentials.client_config(bootstrap), "group.id": group, "enable.auto.commit": False})
+def wait_applied(bootstrap: str, group: str | tuple[str, ...], topic: str, partition: int, offset: int,
+                 wait_s: float) -> bool:
+    """Whether one of the groups committed an offset past ``offset`` on the partition within ``wait_s`` seconds."""
+    groups = (group,) if isinstance(group, str) else group
+    consumers = [Consumer({**credentials.client_config(bootstrap), "group.id": g, "enable.auto.commit": False})
+                 for g in groups]
     deadline = time.monotonic() + wait_s
     try:
         while True:
-            try:
-                committed = consumer.committed([TopicPartition(topic, partition)], timeout=5)[0].offset
-            except KafkaException:
-                committed = -1
-            if committed > offset:
-                return True
+            for consumer in consumers:
+                try:
+                    committed = consumer.committed([TopicPartition(topic, partition)], timeout=5)[0].offset
+                except KafkaException:
+                    committed = -1
+                if committed > offset:
+                    return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.2)
     finally:
-        consumer.close()
+        for consumer in consumers:
+            consumer.close()

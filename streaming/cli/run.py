@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ from streaming.service.state import AppliedWindow
 def cmd_run(args: argparse.Namespace) -> int:
     from streaming.admin import create_topics
     from streaming.service.app import run_service
+    from streaming.service.outage import until_reachable
     from streaming.service.state import StateStoreError
+    from streaming.service.worker_identity import DuplicateWorkerError
 
     tps = topics(args)
     address = args.bootstrap or os.environ.get("SEGCOORD_BOOTSTRAP")
@@ -41,7 +44,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise CliError(f"--http: {e}") from None
     if not address:
         address = broker(args).start()  # starts the local broker, or reuses the running one
-    create_topics(address, tps)
+    def stop(_signum: int, _frame: Any) -> None:  # a stop while waiting for the broker: nothing is open yet
+        raise SystemExit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+    until_reachable("creating the topics", lambda: create_topics(address, tps))
     state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / tps.prefix.rstrip(".")
     print(f"segcoord run: timeline, lockbox and planner agents on {address}, topics {tps.prefix}*, "
           f"state {state_dir}", flush=True)
@@ -61,9 +69,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_service(address, tps, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
                            balancing=args.balancer == "planner", incremental=args.planner == "incremental",
                            http=http, server_timeout_ms=args.server_timeout_millis, applied_window=window,
-                           balancer=supervisor, period_ms=max(1, round(args.coordinator_period * 1000)))
+                           balancer=supervisor, period_ms=max(1, round(args.coordinator_period * 1000)),
+                           worker_id=args.worker_id)
+    except DuplicateWorkerError as e:
+        raise CliError(f"--worker-id: {e}") from None
+    except ValueError as e:
+        if args.worker_id is None or "worker id" not in str(e):
+            raise
+        raise CliError(f"--worker-id: {e}") from None
     except StateStoreError as e:
-        raise CliError(f"--state-dir: {e}") from None
+        held = " (another segcoord run is using this state folder: each worker needs its own)" \
+            if "lock" in str(e).lower() else ""
+        raise CliError(f"--state-dir: {e}{held}") from None
     except OSError as e:
         if http is None:
             raise
@@ -78,6 +95,10 @@ def register(sub: Any) -> None:
                                      "SIGTERM/SIGINT")
     add_kafka(run)
     run.add_argument("--state-dir", help="RocksDB state folder (default $SEGCOORD_HOME/service/<prefix>)")
+    run.add_argument("--worker-id", metavar="ID",
+                     help="this worker's identity in the consumer group (letters, digits, '._-'); default: the host "
+                          "name and a digest of --state-dir. Several workers (each its own --state-dir) split the "
+                          "partitions of segments and lock-requests; one of them, elected, runs the planner")
     run.add_argument("--log-level", default="info", choices=("crit", "error", "warn", "info", "debug"),
                      help="the service's own lines (one per planning decision batch) at info, the default; the "
                           "libraries' at warn or above")

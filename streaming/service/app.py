@@ -41,6 +41,9 @@ from there (docs/architecture.md: a crash at any point then restart equals full 
 Dependency: the project's producers compress with lz4, and aiokafka (Faust's
 client) decodes lz4 only with ``cramjam`` installed (``aiokafka[lz4]``);
 without it the fetcher crashes on the first batch.
+
+A broker outage is not a failure: the agents' producers wait it out and a stop
+signal during it exits 0 (:mod:`streaming.service.outage`).
 """
 
 from __future__ import annotations
@@ -61,7 +64,6 @@ from typing import Any, Protocol
 from coordinator.planner.balancing import DEFAULT_PERIOD_MS
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, TIMELINE, Topics
 from streaming import credentials
-from streaming.producer import EventProducer
 from streaming.service import delivery, faust_patches
 from streaming.service import lockbox_agent as lockbox_mod
 from streaming.service import planner_agent as planner_mod
@@ -72,10 +74,12 @@ from streaming.service.faust_patches import position_from_store as _position_fro
 from streaming.service.faust_patches import short_fetch_wait as _short_fetch_wait
 from streaming.service.heap import FrozenHeap
 from streaming.service.lockbox_agent import LockboxAgent
+from streaming.service.outage import PatientProducer, Shutdown, until_reachable
 from streaming.service.planner_agent import PlannerAgent
 from streaming.service.state import AgentStateStore, AppliedWindow
 from streaming.service.timeline_agent import TimelineAgent
 from streaming.service.upsert_agent import UpsertAgent
+from streaming.service.worker_identity import WorkerIdentity
 
 log = logging.getLogger("segcoord.service")
 
@@ -83,6 +87,7 @@ BATCH_MAX = 2000  # records per fetched batch (broker_max_poll_records); bench.s
 FETCH_MAX_WAIT_MS = faust_patches.FETCH_MAX_WAIT_MS  # kept here for the readers that import it
 EXIT_AGENT_FAILED = delivery.EXIT_AGENT_FAILED
 PLAN_EVERY_S = 5.0
+SHUTDOWN = Shutdown()  # one worker per process: its stores, closed by a stop (streaming.service.outage)
 
 
 StoredOffsets = Callable[[], dict[tuple[str, int], int]]
@@ -104,13 +109,18 @@ class Observe(Protocol):
 def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: LockboxAgent,
               planner: PlannerAgent | None = None, plan_every_s: float = PLAN_EVERY_S,
               heap: FrozenHeap | None = None, observe: Observe | None = None,
-              upserts: UpsertAgent | None = None) -> Any:
-    """A Faust app with the timeline agent over every partition of ``segments``, the lockbox agent over
-    every partition of ``lock-requests`` and (when given) the planner over ``segments``, ``cluster`` and
-    ``commands`` plus its timer; ``observe`` gets each agent's batches (metrics, logs, the HTTP API)."""
+              upserts: UpsertAgent | None = None, me: WorkerIdentity | None = None,
+              planner_pool: ThreadPoolExecutor | None = None) -> Any:
+    """A Faust app with the timeline agent over the worker's partitions of ``segments``, the lockbox agent over
+    its partitions of ``lock-requests``, (when given) the upsert agent over ``cluster``, ``segments`` and
+    ``timeline``, and (when given) the planner over ``segments``, ``cluster`` and ``commands`` plus its timer
+    (``segcoord run`` feeds the planner on the elected worker instead: :mod:`streaming.service.planner_feed`);
+    ``observe`` gets each agent's batches (metrics, logs, the HTTP API). ``me`` names the worker in the group
+    (default: this host)."""
     import faust
 
     app_id = f"{topics.prefix}coordinator"
+    instance_id = me.instance_id(app_id) if me is not None else f"{app_id}.{socket.gethostname()}"
     app = faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
@@ -119,7 +129,8 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
         autodiscover=False,
         web_enabled=False,
         topic_disable_leader=True,
-        consumer_group_instance_id=f"{app_id}.{socket.gethostname()}",
+        consumer_group_instance_id=instance_id,
+        **({"broker_client_id": me.client_id} if me is not None else {}),
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
@@ -137,18 +148,24 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     stored: dict[str, list[StoredOffsets]] = {}
     # the planner's runs are O(cluster): they go to one thread of their own, so the timeline and lockbox
     # agents keep their batches flowing on the event loop while a plan runs (and runs and ticks stay serial)
-    planner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner")
+    planner_thread = planner_pool or ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner")
     routes = []
     for name, topic_names, agent in agents:
         app.topics.add(app.topic(*topic_names, key_serializer="raw", value_serializer="raw"))
         routes.append(Route(name, frozenset(topic_names), agent, planner_thread if agent is planner else None))
         for topic_name in topic_names:
             stored.setdefault(topic_name, []).append(agent.next_offsets)
-    batches = BatchDelivery(routes, heap, observe, lambda positions: _lag(app, positions))
+    batches = BatchDelivery(routes, heap, observe, lambda positions: _lag(app, positions),
+                            exit_code=SHUTDOWN.exit_code)
     delivery.install(app, batches)
     if planner is not None:
         timer = _planner_timer(planner, planner_thread, observe, plan_every_s, lambda: batches.last_size)
         app.timer(plan_every_s, name=f"{app_id}.planner-timer")(timer)
+    elif observe is not None:
+        async def observe_timer() -> None:
+            await observe.tick()
+
+        app.timer(plan_every_s, name=f"{app_id}.observe-timer")(observe_timer)
     if observe is not None:
         observe.attach(app, planner_thread)
     _position_from_store(app, stored)
@@ -178,7 +195,7 @@ def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor, observe: Obs
         except Exception:
             log.exception("planner timer run failed; exiting so a restart resumes from the store")
             logging.shutdown()
-            os._exit(EXIT_AGENT_FAILED)
+            os._exit(SHUTDOWN.exit_code(EXIT_AGENT_FAILED))
 
     return planner_timer
 
@@ -195,7 +212,7 @@ def _upsert_timer(agent: UpsertAgent) -> Callable[[], Any]:
         except Exception:
             log.exception("upsert timer run failed; exiting so a restart resumes from the store")
             logging.shutdown()
-            os._exit(EXIT_AGENT_FAILED)
+            os._exit(SHUTDOWN.exit_code(EXIT_AGENT_FAILED))
 
     return upsert_timer
 
@@ -219,7 +236,7 @@ def _resume_text(offsets: dict[tuple[str, int], int]) -> str:
     return ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(offsets.items())) or "the beginning"
 
 
-SHUTDOWN_GRACE_S = 15.0
+SHUTDOWN_GRACE_S = 10.0
 
 
 def _worker_class(base: Any) -> Any:
@@ -259,12 +276,10 @@ def _exit_after_grace(signal_name: str) -> None:
     if _grace_started.is_set():
         return
     _grace_started.set()
+    SHUTDOWN.request(signal_name)
 
     def force() -> None:
-        print(f"segcoord run: {signal_name}: the orderly shutdown did not end within {SHUTDOWN_GRACE_S:g}s "
-              f"(broker unreachable?); exiting now, the state stores hold every committed batch", flush=True)
-        logging.shutdown()
-        os._exit(0)
+        SHUTDOWN.now(f"the orderly shutdown did not end within {SHUTDOWN_GRACE_S:g}s (broker unreachable?)")
 
     timer = threading.Timer(SHUTDOWN_GRACE_S, force)
     timer.daemon = True
@@ -276,15 +291,21 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                 http: tuple[str, int] | None = None, balancer_alive: Callable[[], bool] | None = None,
                 server_timeout_ms: int = planner_mod.DEFAULT_SERVER_TIMEOUT_MS,
                 applied_window: AppliedWindow | None = None, balancer: Any = None,
-                period_ms: int = DEFAULT_PERIOD_MS) -> int:
+                period_ms: int = DEFAULT_PERIOD_MS, worker_id: str | None = None) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
     (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`). With
     ``balancer`` (a :class:`~streaming.balancer.supervisor.BalancerSupervisor`) its health is reported and, when
-    it gives up, the planner agent balances again."""
+    it gives up, the planner agent balances again. Several workers (same topics, own state folders) split the
+    partitions; the planner runs on the one elected (:mod:`streaming.service.election`). Raises
+    :class:`~streaming.service.worker_identity.DuplicateWorkerError` when a live worker has this one's identity
+    (``worker_id``, else derived from ``state_dir``)."""
     import faust
 
     from streaming.logs import LIBRDKAFKA_LOGGER
+    from streaming.service.election import Election, election_topic, ensure_election_topic
     from streaming.service.observe import Observer
+    from streaming.service.planner_feed import PlannerFeed
+    from streaming.service.worker_identity import identity, refuse_duplicate
 
     def stop_before_start(signum: int, _frame: Any) -> None:
         """A stop signal before the worker installed its own handlers: unwind (the stores close) and exit 0."""
@@ -293,6 +314,9 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop_before_start)
 
+    me = identity(state_dir, worker_id)
+    refuse_duplicate(bootstrap, f"{topics.prefix}coordinator", me)
+    until_reachable("creating the election topic", lambda: ensure_election_topic(bootstrap, topics))
     sock = None
     if http is not None:  # bound now, so a taken port is a clear error before the worker starts
         sock = socket.create_server(http)
@@ -308,12 +332,14 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                                                        planner_mod.FORMAT_VERSION, applied_window))
         up_store = stack.enter_context(AgentStateStore(state_dir / upsert_mod.STORE_NAME,
                                                        upsert_mod.FORMAT_VERSION, applied_window))
+        for store in (tl_store, lb_store, pl_store, up_store):
+            SHUTDOWN.hold(store)
         # librdkafka's log lines through Python logging, so broker outages are summarized (streaming.logs)
         kafka_log = {"logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
-        tl_producer = EventProducer(bootstrap, topics, extra=kafka_log)
-        lb_producer = EventProducer(bootstrap, topics, extra=kafka_log)
-        pl_producer = EventProducer(bootstrap, topics, extra=kafka_log)
-        up_producer = EventProducer(bootstrap, topics, extra=kafka_log)
+        tl_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="timeline")
+        lb_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="lockbox")
+        pl_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="planner")
+        up_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="upsert")
         stack.callback(up_producer.flush)
         stack.callback(sys.stdout.flush)
         stack.callback(pl_producer.flush)
@@ -337,6 +363,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
               f"{'' if incremental else ', full runs only'}",
               flush=True)
         upserts = UpsertAgent(up_store, topics, up_producer)
+        upserts.timer_salt = f":{me.worker_id}"  # its timer runs on every worker: run counters are per store
         print(f"upsert agent: {len(upserts.state.tables)} tables, {len(upserts.state.held)} segments restored; "
               f"resuming from {_resume_text(upserts.next_offsets())}"
               f"{' (store wiped: older format)' if up_store.wiped else ''}", flush=True)
@@ -347,8 +374,17 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         heap.start()  # the restored state is frozen out of the collector's scans
         observer = Observer(bootstrap, topics, planner, loglevel, sock, balancer_alive, lambda: timeline.timelines)
         stack.callback(observer.close)
-        app = build_app(bootstrap, topics, timeline, lockbox, planner,
-                        plan_every_s, heap, observer, upserts=upserts)
+        planner_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner")
+        app = build_app(bootstrap, topics, timeline, lockbox, None, plan_every_s, heap, observer,
+                        upserts=upserts, me=me, planner_pool=planner_pool)
+        print(f"worker {me.worker_id}: group instance {me.instance_id(app.conf.id)}; the planner runs on the "
+              f"worker elected through {election_topic(topics)}", flush=True)
+        feed = PlannerFeed(bootstrap, planner, pl_producer, planner_pool, SHUTDOWN, worker_id=me.worker_id,
+                           plan_every_s=plan_every_s, extra=kafka_log,
+                           on_batch=lambda n, s, lag: observer.batch("planner", n, s, lag))
+        election = Election(bootstrap, topics, me.worker_id, client_id=me.client_id, on_elected=feed.elected,
+                            on_deposed=feed.deposed, extra=kafka_log).start()
+        stack.callback(election.close)
         # Faust's own INFO is start-up chatter: the libraries log at warn or above, the service's lines at loglevel
         faust_level = "warn" if loglevel in ("info", "warn") else loglevel
         worker = _worker_class(faust.Worker)(app, loglevel=faust_level, quiet=True, redirect_stdouts=False)

@@ -44,10 +44,12 @@ planner share runs beside it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -64,22 +66,37 @@ SHORT_SLICE_S = 0.0005
 
 _short_slice_users = 0
 _saved_slice = 0.005
+_slice_lock = threading.Lock()  # the event loop and the planner feed's thread both take short slices
 
 
 @contextlib.contextmanager
 def short_slices() -> Iterator[None]:
     """The interpreter's GIL switch interval is ``SHORT_SLICE_S`` inside (nested uses keep it until the last ends)."""
     global _short_slice_users, _saved_slice
-    if _short_slice_users == 0:
-        _saved_slice = sys.getswitchinterval()
-        sys.setswitchinterval(SHORT_SLICE_S)
-    _short_slice_users += 1
+    with _slice_lock:
+        if _short_slice_users == 0:
+            _saved_slice = sys.getswitchinterval()
+            sys.setswitchinterval(SHORT_SLICE_S)
+        _short_slice_users += 1
     try:
         yield
     finally:
-        _short_slice_users -= 1
-        if _short_slice_users == 0:
-            sys.setswitchinterval(_saved_slice)
+        with _slice_lock:
+            _short_slice_users -= 1
+            if _short_slice_users == 0:
+                sys.setswitchinterval(_saved_slice)
+
+
+def on_pool(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on ``pool``, waited for by a thread other than the event loop's (the planner feed); short GIL
+    slices once it has run ``LONG_CALL_S``, as :func:`off_loop` does."""
+    future = pool.submit(fn, *args)
+    try:
+        return future.result(timeout=LONG_CALL_S)
+    except concurrent.futures.TimeoutError:
+        pass
+    with short_slices():
+        return future.result()
 
 
 async def off_loop(pool: ThreadPoolExecutor | None, fn: Callable[..., Any], *args: Any) -> Any:
@@ -121,10 +138,10 @@ def records_of(fetched: dict[Any, Sequence[Any]], keep: Callable[[Any], bool]) -
             for tp, rs in fetched.items() if keep(tp) for r in rs]
 
 
-def _fail(name: str) -> None:
+def _fail(name: str, exit_code: Callable[[int], int]) -> None:
     log.exception("%s agent failed; exiting so a restart resumes from the store", name)
     logging.shutdown()
-    os._exit(EXIT_AGENT_FAILED)
+    os._exit(exit_code(EXIT_AGENT_FAILED))
 
 
 class BatchDelivery:
@@ -132,12 +149,14 @@ class BatchDelivery:
 
     def __init__(self, routes: Sequence[Route], heap: AfterBatch | None = None,
                  observe: BatchObserver | None = None,
-                 lag: Callable[[dict[tuple[str, int], int]], int | None] | None = None) -> None:
+                 lag: Callable[[dict[tuple[str, int], int]], int | None] | None = None,
+                 exit_code: Callable[[int], int] = lambda code: code) -> None:
         self.routes = list(routes)
         self.heap = heap
         self.observe = observe
         self.lag = lag
         self.last_size = 0  # records in the last batch delivered (all topics)
+        self.exit_code = exit_code  # the status an agent failure exits with (0 once a stop was asked for)
 
     async def deliver(self, records: Sequence[InputRecord]) -> None:
         """Every route's share of ``records`` through its agent, threaded routes first (they overlap the rest)."""
@@ -155,13 +174,13 @@ class BatchDelivery:
                 try:
                     route.agent.process(share)
                 except Exception:
-                    _fail(route.name)
+                    _fail(route.name, self.exit_code)
                 self._observed(route, share, began)
         for route, share, began, future in pending:
             try:
                 await future
             except Exception:
-                _fail(route.name)
+                _fail(route.name, self.exit_code)
             self._observed(route, share, began)
         if self.heap is not None:
             self.heap.after_batch()

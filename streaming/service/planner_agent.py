@@ -89,7 +89,7 @@ never reused for other content: it hashes the content itself. Unused marks
 (``SegmentsMarkedUnused`` on ``segments``) keep ids from the position of the
 plan's trigger, ``derived_event_id("planner:" + topic, partition, offset,
 index)`` (salted so they never equal the timeline agent's ids of the same input),
-or for a timer run ``n``, ``derived_event_id("planner:timer:" + commands topic,
+or for a timer run ``n``, ``derived_event_id("planner:timer:" + salt + commands topic,
 0, n, index)`` with the run counter stored: a mark is idempotent, so a re-plan
 that marks again under another id costs a duplicate that changes nothing.
 
@@ -209,6 +209,10 @@ class PlannerAgent:
         self.deferred: set[SegmentId] = set()  # segments the last runs left short: in every next run's scope
         self._next = store.offsets()
         self.batches_since_start = 0
+        self.catching_up = False  # True: fold only, never plan (a new leader reading up to the log's end)
+        # the elected planner's epoch ("<epoch>:"): run counters are per store, so two leaders' timer-run marks
+        # would otherwise share ids for other content (streaming/service/planner_feed.py)
+        self.timer_salt = ""
         self.last_batch_size = 0
         self.last_plan: Plan | None = None
         # (plan, state, duration ms, the run's time, whether it looked at every segment)
@@ -300,7 +304,8 @@ class PlannerAgent:
         pre = self.store.batch()  # the run number first: its ids are never reused for other content
         pre.put(_key("meta", ""), codec.value(st, "meta", "", self._meta()) or b"")
         self.store.commit(pre)
-        emitted = self._emit(result, now, ("planner:timer:" + self.topics.name(COMMANDS), 0, self.runs), None)
+        emitted = self._emit(result, now, ("planner:timer:" + self.timer_salt + self.topics.name(COMMANDS), 0,
+                                           self.runs), None)
         emitted += self._balance_slice(now, start=True)
         self.sink.flush()
         if emitted:
@@ -371,7 +376,8 @@ class PlannerAgent:
             self.balancing_run = None
         if self.on_run is not None:
             self.on_run(result, st, (time.perf_counter() - began) * 1000, now, False)
-        return self._emit(result, now, ("planner:balance:" + self.topics.name(COMMANDS), 0, run.run_number), None)
+        return self._emit(result, now, ("planner:balance:" + self.timer_salt + self.topics.name(COMMANDS), 0,
+                                           run.run_number), None)
 
     def _logical(self, topic: str) -> str:
         for logical in (SEGMENTS, CLUSTER, COMMANDS):
@@ -385,6 +391,8 @@ class PlannerAgent:
         (no drop rule, no zero-replica load), so nothing can be marked unused either. Skipping those runs keeps
         a stream without servers (replays, crash tests) as fast as the timeline agent alone."""
         st = self.state
+        if self.catching_up:
+            return False
         if st.tier_of:
             return True
         return any(not rule.type.startswith("load") or sum(n for _, n in rule.replicants) == 0

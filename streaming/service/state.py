@@ -15,7 +15,10 @@ Invariants:
   rebuildable cache and the agent replays the log instead of migrating.
 - **Clean close.** Every iterator is exhausted and released inside the call
   that made it (a live iterator or snapshot keeps the database locked after
-  ``close``), so :meth:`close` always releases the lock.
+  ``close``), so :meth:`close` always releases the lock. ``close`` may come from
+  another thread (a stop during a broker outage): it waits for a commit in
+  progress, and a commit after it raises :class:`StoreClosedError`, so a closed
+  store holds its last whole batch. ``close`` twice is a no-op.
 
 - **Bounded dedupe window.** The applied event ids are kept for a window, not for
   ever: at most ``AppliedWindow.max_ids`` (default 1,000,000), and not past
@@ -44,6 +47,7 @@ the agent's format plus :data:`LAYOUT` (a store of another layout is rebuilt).
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +83,10 @@ def _gen_prefix(gen: int) -> bytes:
 
 class StateStoreError(RuntimeError):
     """The state folder cannot be opened (in use by another process, unreadable)."""
+
+
+class StoreClosedError(RuntimeError):
+    """A commit to a store closed by a stop (the batch is not written; a restart re-reads it)."""
 
 
 def _options() -> Options:
@@ -144,6 +152,8 @@ class AgentStateStore:
         self.window = window or AppliedWindow()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.wiped = False
+        self._lock = threading.Lock()
+        self._closed = False
         self._db = self._open()
         found = self._db.get(FORMAT_KEY)
         if found != format_version.encode():
@@ -230,28 +240,35 @@ class AgentStateStore:
     def commit(self, batch: StoreBatch) -> None:
         """Write the whole batch atomically (state, offsets and applied ids together, and the generations of ids
         that fell out of the window deleted)."""
-        gens = [list(g) for g in self._gens]
-        newest = max([self.newest_applied_at, *(at for at in batch._applied.values() if at is not None)])
-        current = gens[-1]
-        write = batch._write_batch(current[0])
-        if batch._applied:  # callers mark only ids not applied yet (intake.seen)
-            current[1] += len(batch._applied)
-            current[2] = newest
-            if current[1] >= max(1, self.window.max_ids // GENERATIONS):
-                gens.append([current[0] + 1, 0, newest])
-        while len(gens) > 1 and (sum(n for _, n, _ in gens) > self.window.max_ids
-                                 or gens[0][2] < newest - self.window.max_age_ms):
-            gone = gens.pop(0)[0]
-            write.delete_range(_gen_prefix(gone), _gen_prefix(gone + 1))
-        write.put(WINDOW_KEY, orjson.dumps(gens))
-        self._db.write(write)
-        self._gens = gens
-        self._prefixes = [_gen_prefix(g) for g, _, _ in reversed(gens)]
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError(f"state store {self.path} is closed (the worker is stopping)")
+            gens = [list(g) for g in self._gens]
+            newest = max([self.newest_applied_at, *(at for at in batch._applied.values() if at is not None)])
+            current = gens[-1]
+            write = batch._write_batch(current[0])
+            if batch._applied:  # callers mark only ids not applied yet (intake.seen)
+                current[1] += len(batch._applied)
+                current[2] = newest
+                if current[1] >= max(1, self.window.max_ids // GENERATIONS):
+                    gens.append([current[0] + 1, 0, newest])
+            while len(gens) > 1 and (sum(n for _, n, _ in gens) > self.window.max_ids
+                                     or gens[0][2] < newest - self.window.max_age_ms):
+                gone = gens.pop(0)[0]
+                write.delete_range(_gen_prefix(gone), _gen_prefix(gone + 1))
+            write.put(WINDOW_KEY, orjson.dumps(gens))
+            self._db.write(write)
+            self._gens = gens
+            self._prefixes = [_gen_prefix(g) for g, _, _ in reversed(gens)]
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._db.flush_wal(True)
-        self._db.close()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            with contextlib.suppress(Exception):
+                self._db.flush_wal(True)
+            self._db.close()
 
     def __enter__(self) -> AgentStateStore:
         return self

@@ -31,8 +31,12 @@ back changes nothing; replay folds the decision itself, never a clock.
 
 **Ids.** After a batch: ``derived_event_id("upserts:" + topic, partition,
 offset, index)`` of the batch's last applied input; a timer run:
-``derived_event_id("upserts:timer", 0, run, index)`` with the run counter
-stored before it emits (as the planner does).
+``derived_event_id("upserts:timer" + salt, 0, run, index)`` with the run counter
+stored before it emits (as the planner does). The run counter is per store and
+several workers run this agent (each on its partitions), so ``segcoord run``
+salts timer ids with the worker id (``timer_salt``): ids stay unique across
+partitions (a worker dedupes by its own partitions' ids) and a restarted worker
+re-emits under the same ones.
 
 **Exactly-once effect.** Per batch: fold, decide, emit, flush, then ONE RocksDB
 write batch with the changed entries, the next offsets and the applied ids.
@@ -125,6 +129,7 @@ class UpsertAgent:
         self.counters = AgentCounters()
         self.state, meta = load_state(store)
         self.runs: int = int(meta.get("runs", 0))
+        self.timer_salt = ""  # ":<worker id>" under segcoord run (module docstring: ids)
         self._next = store.offsets()
         self.batches_since_start = 0
         self.last_batch_size = 0
@@ -184,7 +189,7 @@ class UpsertAgent:
         pre.put(_k("meta", ""), self._meta())
         self.store.commit(pre)
         batch = self.store.batch()
-        changed = self._emit(decided, now, ("upserts:timer", 0, self.runs), None, batch)
+        changed = self._emit(decided, now, ("upserts:timer" + self.timer_salt, 0, self.runs), None, batch)
         for table in sorted(changed):
             self._write_strategy(table, None)
         self.sink.flush()

@@ -1,0 +1,215 @@
+"""The planner's input on the elected worker: every partition of ``segments``, ``cluster`` and ``commands``.
+
+The planner needs the whole cluster, so it is not fed by the worker's consumer
+group (which splits partitions between workers) but by a consumer of its own
+with a manual assignment of every partition of its three topics, positioned at
+the planner store's offsets (the beginning of partitions never applied). It
+runs only while this worker leads (:mod:`streaming.service.election`):
+:meth:`PlannerFeed.elected` starts it, :meth:`PlannerFeed.deposed` stops it and
+returns once the batch in progress is committed (or was never begun), so a
+deposed worker emits nothing more.
+
+**Catching up without planning.** A new leader's store may be behind the log
+(it led before, or never). When it is more than :data:`QUIET_CATCH_UP` records
+behind the high watermarks it saw when elected, it first folds up to them with
+planning off (:attr:`PlannerAgent.catching_up`), then runs a full plan.
+Planning on a stale view would repeat decisions the unread part of ``commands``
+already holds; after the catch-up its queues hold them, and the decisions it
+repeats anyway get the same content-derived ids as before, which consumers
+drop. A shorter backlog (a first start, a restart) is planned batch by batch as
+it is read, as a single worker always did, so a publish's loads still name the
+publish as their cause.
+
+Batches and runs go to the planner's one thread (``pool``), as before: the HTTP
+API reads the planner's state on that thread too (with short GIL slices while a
+call runs long, :func:`~streaming.service.delivery.on_pool`, so the worker's
+event-loop agents keep their batches flowing). The timer run (which also decides
+``server_lost``, :meth:`PlannerAgent.decide_lost`) comes every ``plan_every_s``;
+a balancing run it starts goes on in slices, one between two fetched batches
+(:meth:`PlannerAgent.balance_slice`), and pauses while the feed reads full
+batches (catching up), so a publish never waits for a whole balancing run. A planner failure ends the
+process with status 70 (0 when a stop was asked for), as any agent failure does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from streaming import credentials
+from streaming.service.delivery import on_pool
+from streaming.service.election import HEADER, say
+from streaming.service.intake import InputRecord
+from streaming.service.outage import PatientProducer, Shutdown
+from streaming.service.planner_agent import PlannerAgent
+
+log = logging.getLogger("segcoord.service")
+
+BATCH_MAX = 1000
+QUIET_CATCH_UP = BATCH_MAX
+EXIT_AGENT_FAILED = 70
+
+
+class PlannerFeed:
+    """Feeds one :class:`PlannerAgent` while this worker leads (module docstring)."""
+
+    def __init__(self, bootstrap: str, planner: PlannerAgent, producer: PatientProducer, pool: ThreadPoolExecutor,
+                 shutdown: Shutdown, *, worker_id: str, plan_every_s: float,
+                 on_batch: Callable[[int, float, int | None], None] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.planner = planner
+        self.producer = producer
+        self.pool = pool
+        self.shutdown = shutdown
+        self.worker_id = worker_id
+        self.plan_every_s = plan_every_s
+        self.on_batch = on_batch
+        self.extra = dict(extra or {})
+        self.caught_up = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- leadership ------------------------------------------------------------------
+    def elected(self, epoch: int) -> None:
+        self.deposed()
+        self.producer.headers = [(HEADER, f"{self.worker_id}@{epoch}".encode())]
+        # timer-run mark ids count runs per store: salted by the epoch, two leaders never share one
+        self.planner.timer_salt = f"{epoch}:"
+        self._stop = threading.Event()
+        self.caught_up = False
+        self._thread = threading.Thread(target=self._guarded, args=(self._stop,), name="planner-feed", daemon=True)
+        self._thread.start()
+
+    def deposed(self) -> None:
+        """Stop feeding; returns when the batch or run in progress has committed."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._thread = None
+
+    # -- the feed ----------------------------------------------------------------------
+    def _guarded(self, stop: threading.Event) -> None:
+        try:
+            self._feed(stop)
+        except Exception:
+            log.exception("planner agent failed; exiting so a restart resumes from the store")
+            logging.shutdown()
+            os._exit(self.shutdown.exit_code(EXIT_AGENT_FAILED))
+
+    def _feed(self, stop: threading.Event) -> None:
+        planner = self.planner
+        consumer = Consumer({
+            **credentials.client_config(self.bootstrap),
+            "group.id": f"{planner.topics.prefix}coordinator.planner-feed",  # never joined: manual assignment
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "fetch.wait.max.ms": 10,
+            **self.extra,
+        })
+        try:
+            stored = planner.next_offsets()
+            assignment: list[TopicPartition] = []
+            while not assignment and not stop.is_set():
+                assignment = self._partitions(consumer, stored)
+            if stop.is_set():
+                return
+            consumer.assign(assignment)
+            ends = self._ends(consumer, assignment, stop)
+            at = {(tp.topic, tp.partition): stored.get((tp.topic, tp.partition), 0) for tp in assignment}
+            behind = sum(max(0, end - at[tp]) for tp, end in ends.items())
+            planner.catching_up = behind > QUIET_CATCH_UP
+            say(f"planner: {behind} record(s) behind the log's end"
+                f"{': folded before it plans' if planner.catching_up else ''}")
+            next_tick = time.monotonic() + self.plan_every_s
+            while not stop.is_set():
+                msgs = consumer.consume(BATCH_MAX, 0.05)
+                records = [InputRecord(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
+                                       max(0, m.timestamp()[1])) for m in msgs if m.error() is None]
+                for m in msgs:
+                    if m.error() is not None and m.error().code() != KafkaError._PARTITION_EOF:
+                        log.debug("planner feed: %s", m.error())
+                if records:
+                    began = time.perf_counter()
+                    on_pool(self.pool, planner.process, records)
+                    for r in records:
+                        at[(r.topic, r.partition)] = r.offset + 1
+                    if self.on_batch is not None:
+                        self.on_batch(len(records), time.perf_counter() - began, self._lag(consumer, at))
+                    self._commit(consumer, at, records)
+                if not self.caught_up and all(at[tp] >= end for tp, end in ends.items()):
+                    self.caught_up = True
+                    planner.catching_up = False
+                    say(f"planner: caught up; planning every {self.plan_every_s:g}s")
+                    next_tick = time.monotonic()
+                if not self.caught_up or len(records) >= BATCH_MAX:
+                    continue  # behind the log: fold first, decide later
+                if time.monotonic() >= next_tick:
+                    next_tick = time.monotonic() + self.plan_every_s
+                    on_pool(self.pool, planner.tick, int(time.time() * 1000))
+                elif planner.balancing_in_progress:  # one slice between two batches
+                    on_pool(self.pool, planner.balance_slice, int(time.time() * 1000))
+        finally:
+            planner.catching_up = False
+            try:
+                consumer.close()
+            except Exception as e:
+                log.debug("planner feed: close: %s", e)
+
+    @staticmethod
+    def _lag(consumer: Consumer, at: dict[tuple[str, int], int]) -> int | None:
+        """Records behind the high watermarks last fetched (None when unknown)."""
+        total = 0
+        for (topic, partition), position in at.items():
+            try:
+                high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)[1]
+            except Exception:
+                return None
+            if high is not None and high >= 0:
+                total += max(0, high - position)
+        return total
+
+    @staticmethod
+    def _commit(consumer: Consumer, at: dict[tuple[str, int], int], records: list[InputRecord]) -> None:
+        """Tell Kafka how far the planner applied (never read back: the store's offsets count), so an operator's
+        write (``segcoord rules set`` ...) can see that the coordinator read it (group ``<group>.planner-feed``)."""
+        touched = {(r.topic, r.partition) for r in records}
+        try:
+            consumer.commit(offsets=[TopicPartition(t, p, at[(t, p)]) for t, p in sorted(touched)],
+                            asynchronous=True)
+        except Exception as e:
+            log.debug("planner feed: commit: %s", e)
+
+    def _partitions(self, consumer: Consumer, stored: dict[tuple[str, int], int]) -> list[TopicPartition]:
+        try:
+            meta = consumer.list_topics(timeout=5)
+        except Exception as e:
+            log.debug("planner feed: metadata: %s", e)
+            return []
+        out = []
+        for topic in self.planner.input_topics:
+            found = meta.topics.get(topic)
+            if found is None or found.error is not None or not found.partitions:
+                return []
+            for p in sorted(found.partitions):
+                out.append(TopicPartition(topic, p, stored.get((topic, p), OFFSET_BEGINNING)))
+        return out
+
+    @staticmethod
+    def _ends(consumer: Consumer, assignment: list[TopicPartition],
+              stop: threading.Event) -> dict[tuple[str, int], int]:
+        ends: dict[tuple[str, int], int] = {}
+        for tp in assignment:
+            while (tp.topic, tp.partition) not in ends and not stop.is_set():
+                try:
+                    ends[(tp.topic, tp.partition)] = consumer.get_watermark_offsets(tp, timeout=5)[1]
+                except Exception as e:
+                    log.debug("planner feed: watermarks: %s", e)
+        return ends

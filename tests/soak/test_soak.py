@@ -1,0 +1,287 @@
+"""Soak: mixed load on 3 workers for ``SEGCOORD_SOAK_S`` seconds with ``SEGCOORD_SOAK_FAULTS`` random faults.
+
+Run by ``make soak`` (30 minutes, 20 faults), never by ``make test``. Its own broker (a
+:class:`LocalBroker` under a temporary home, so it can be SIGKILLed), 3 partitions, 3 ``segcoord run``
+workers and 3 ``segcoord historical`` processes on ``hot``. The load, paced over the whole run: timeline
+events on six data sources (publishes, announces, unannounces, marks), task lifecycles on ``lock-requests``,
+and ``wiki`` publishes that the planner places (two replicas on ``hot``) and the historicals load and
+announce. The faults, at seeded random times after a warm-up, cycle through: SIGKILL a worker (restarted at
+once), SIGKILL the broker (restarted after 3 to 10 s), SIGKILL a historical (restarted at once).
+
+Every ``SAMPLE_S`` it records each worker's RSS (``/proc/<pid>/status``) and the size of its state folder.
+At the end:
+
+- no worker ever exited by itself (an outage is waited out, not died of);
+- the deduplicated ``timeline`` output equals a pure fold of ``segments``; the deduplicated ``locks`` equal a
+  pure fold of ``lock-requests``;
+- placement converged: every ``wiki`` segment on two servers, every command answered;
+- ``segcoord audit`` is clean (its lock rule aside: the ``wiki`` publishes come from no task);
+- RSS after warm-up stays flat: the largest sample of the second half is at most ``RSS_GROWTH`` times the
+  largest sample of the first half after warm-up (per worker slot, across its restarts).
+
+The figures (RSS and store size over time, faults, events) are printed: ``make soak`` shows them.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from events import Envelope, Interval, SegmentDescriptor, Topics, decode, encode
+from events.cluster import DynamicConfigSet, RulesSet
+from events.schema import Instant
+from events.segments import SegmentsPublished
+from events.topics import LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
+from streaming.admin import create_topics
+from streaming.local_broker import LocalBroker
+from streaming.replay import audit
+from streaming.service.outage import PatientProducer, Shutdown
+from tests.accepted import through_lockbox
+from tests.integration.test_service_lockbox import dedup, request_stream
+from tests.integration.test_service_lockbox import pure_fold as lockbox_fold
+from tests.integration.test_service_planner import send
+from tests.integration.test_service_planner_crash import announced, answers_log, commands_log, unanswered
+from tests.integration.test_service_timeline import SEGCOORD, T0, pure_fold, read_all, segment_stream
+from tests.integration.test_service_workers import IN_TEST_PUBLISHES, Worker
+
+pytestmark = pytest.mark.integration
+
+SOAK_S = float(os.environ.get("SEGCOORD_SOAK_S", "1800"))
+FAULTS = int(os.environ.get("SEGCOORD_SOAK_FAULTS", "20"))
+SAMPLE_S = 10.0
+RSS_GROWTH = 1.5
+DAY = 86_400_000
+SERVERS = ["hs1", "hs2", "hs3"]
+
+
+class Historical:
+    def __init__(self, bootstrap: str, topics: Topics, home: Path, name: str) -> None:
+        self.name = name
+        self.log = home / f"{name}.log"
+        self.args = [SEGCOORD, "historical", "--name", name, "--tier", "hot", "--max-size", "100GB",
+                     "--load-ms", "10", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def folder_kb(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) // 1024 if path.exists() else 0
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
+    broker = LocalBroker(tmp_path / "kafka-home", heap_mb=512, log_level="WARN")
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def test_soak_mixed_load_with_random_faults(own_broker: LocalBroker, tmp_path: Path) -> None:
+    bootstrap = own_broker.start()
+    topics = Topics(f"s{uuid.uuid4().hex[:10]}.")
+    create_topics(bootstrap, topics, partitions=3)
+    rng = random.Random(20261125)
+    rate = 40.0  # timeline events per second: steady, well under what 3 workers on 2 cores keep up with
+    timeline_events = segment_stream(rng, int(SOAK_S * rate))
+    requests = request_stream(rng, max(50, int(SOAK_S)))
+    warmup = min(120.0, SOAK_S / 5)
+    fault_at = sorted(rng.uniform(warmup, SOAK_S * 0.85) for _ in range(FAULTS))
+    kinds = ["worker", "broker", "historical"]
+
+    send(bootstrap, topics, DynamicConfigSet(config={"smartSegmentLoading": False, "maxSegmentsToMove": 0}),
+         "config")
+    send(bootstrap, topics, RulesSet(data_source="wiki", rules=(
+        {"type": "loadForever", "tieredReplicants": {"hot": 2}},)), "rules/wiki")
+    workers = [Worker(bootstrap, topics, tmp_path, f"w{i}") for i in range(1, 4)]
+    historicals = [Historical(bootstrap, topics, tmp_path, n) for n in SERVERS]
+    samples: list[tuple[float, list[int], list[int]]] = []  # (t, rss kB per worker, store kB per worker)
+    faults: list[str] = []
+    self_exits: list[str] = []
+    wiki_published: list[SegmentDescriptor] = []
+    done = threading.Event()
+
+    def load() -> None:
+        """The paced load; its producer waits out broker outages like the agents' do."""
+        producer = PatientProducer(bootstrap, topics, Shutdown(), extra={"log_level": 0})
+        began = time.monotonic()
+        tl, rq = iter(timeline_events), iter(requests)
+        second = 0
+        while not done.is_set() and time.monotonic() - began < SOAK_S:
+            for _ in range(int(rate)):
+                e = next(tl, None)
+                if e is not None:
+                    producer.send(e)
+            for _ in range(2):
+                r = next(rq, None)
+                if isinstance(r, bytes):
+                    producer.send_raw(topics.name(LOCK_REQUESTS), b"bad", r)
+                elif r is not None:
+                    producer.send(r)
+            if second % 5 == 0:
+                seg = SegmentDescriptor("wiki", Interval(T0 + second * DAY, T0 + (second + 1) * DAY), "v1", 0,
+                                        1000)
+                wiki_published.append(seg)
+                # sealed as the lockbox's (only those change what is used: docs/security.md)
+                producer.send(through_lockbox(Envelope(SegmentsPublished(task_id=f"wiki{second}", segments=(seg,)),
+                                                       f"wiki-{second}", Instant(int(time.time() * 1000)), "wiki")))
+            producer.flush()
+            second += 1
+            pause = began + second - time.monotonic()  # pacing of the load, not a wait for an outcome
+            if pause > 0:
+                time.sleep(pause)
+
+    try:
+        for h in historicals:
+            h.start()
+        for w in workers:
+            w.start()
+        loader = threading.Thread(target=load, daemon=True)
+        began = time.monotonic()
+        loader.start()
+        next_sample = began
+        pending = list(fault_at)
+        while loader.is_alive():
+            now = time.monotonic() - began
+            for w in workers:
+                if not w.alive():
+                    self_exits.append(f"{w.worker_id} exited {w.proc.returncode if w.proc else '?'} at {now:.0f}s")
+                    w.start()
+            for h in historicals:
+                if not h.alive():
+                    h.start()
+            if pending and now >= pending[0]:
+                pending.pop(0)
+                kind = kinds[len(faults) % len(kinds)]
+                if kind == "worker":
+                    victim = rng.choice(workers)
+                    faults.append(f"{now:.0f}s SIGKILL worker {victim.worker_id}{' (planner)' * victim.leads()}")
+                    victim.kill()
+                    victim.start()
+                elif kind == "broker":
+                    down = rng.uniform(3, 10)
+                    faults.append(f"{now:.0f}s SIGKILL broker, down {down:.0f}s")
+                    own_broker.kill()
+                    time.sleep(down)  # the fault's length, not a wait for an outcome
+                    own_broker.start()
+                else:
+                    victim_h = rng.choice(historicals)
+                    faults.append(f"{now:.0f}s SIGKILL historical {victim_h.name}")
+                    victim_h.kill()
+                    victim_h.start()
+            if time.monotonic() >= next_sample:
+                next_sample += SAMPLE_S
+                samples.append((now, [rss_kb(w.proc.pid) if w.alive() and w.proc else 0 for w in workers],
+                                [folder_kb(tmp_path / w.worker_id) for w in workers]))
+            time.sleep(0.2)
+        # drain: everything produced is applied, placement converges
+        expected = pure_fold(read_all(bootstrap, topics.name(SEGMENTS), timeout=120))
+        expected_locks = lockbox_fold(read_all(bootstrap, topics.name(LOCK_REQUESTS), timeout=120))
+        want = {str(s.id) for s in wiki_published}
+
+        def caught_up() -> bool:
+            nonlocal expected  # taken again each time: the historicals' announces land on segments until the end
+            expected = pure_fold(read_all(bootstrap, topics.name(SEGMENTS), timeout=120))
+            outputs = {decode(r.value).event_id for r in read_all(bootstrap, topics.name(TIMELINE), timeout=120)}
+            if len(outputs) < len(expected.outputs):
+                return False
+            if len(dedup(read_all(bootstrap, topics.name(LOCKS), timeout=120))) < len(expected_locks.locks):
+                return False
+            commands, answers = commands_log(bootstrap, topics), answers_log(bootstrap, topics)
+            placed = announced(answers)
+            return all(len(placed.get(s, set()) & set(SERVERS)) == 2 for s in want) \
+                and not unanswered(commands, answers)
+
+        deadline = time.monotonic() + 600
+        while not caught_up():
+            assert time.monotonic() < deadline, "no convergence:\n" + "\n".join(w.tail() for w in workers)
+            for w in workers:
+                if not w.alive():
+                    self_exits.append(f"{w.worker_id} exited while draining")
+                    w.start()
+            time.sleep(2)
+        for w in workers:
+            assert w.stop() == 0, w.tail()
+    finally:
+        done.set()
+        for w in workers:
+            if w.alive():
+                assert w.proc is not None
+                w.proc.kill()
+                w.proc.wait(10)
+        for h in historicals:
+            h.stop()
+
+    print(f"\nsoak: {SOAK_S:.0f}s, {len(timeline_events)} timeline events, {len(requests)} lock requests, "
+          f"{len(wiki_published)} wiki publishes; {len(faults)} faults:")
+    for f in faults:
+        print(f"  {f}")
+    print(f"self-exits: {self_exits or 'none'}")
+    print("  t(s)   RSS MB per worker     store MB per worker")
+    for t, rss, size in samples[:: max(1, len(samples) // 30)]:
+        rss_mb, store_mb = " ".join(f"{r / 1024:6.0f}" for r in rss), " ".join(f"{s / 1024:7.1f}" for s in size)
+        print(f"  {t:5.0f}  {rss_mb}     {store_mb}")
+    assert len(faults) == FAULTS and not self_exits, (faults, self_exits)
+
+    first: dict[str, bytes] = {}
+    for r in read_all(bootstrap, topics.name(TIMELINE), timeout=120):
+        e = decode(r.value)
+        assert first.setdefault(e.event_id, r.value) == r.value  # type: ignore[arg-type]
+    assert sorted(first.values()) == sorted(encode(e) for e in expected.outputs)
+    assert sorted(dedup(read_all(bootstrap, topics.name(LOCKS), timeout=120))) == sorted(expected_locks.locks)
+    violations = [v for v in audit(bootstrap, topics, command_timeout_ms=0)
+                  if v.rule not in IN_TEST_PUBLISHES]
+    assert violations == [], violations[:10]
+
+    after = [s for s in samples if s[0] >= warmup]
+    half = len(after) // 2
+    for i, w in enumerate(workers):
+        early = max((s[1][i] for s in after[:half]), default=0)
+        late = max((s[1][i] for s in after[half:]), default=0)
+        store_early = max((s[2][i] for s in after[:half]), default=0)
+        store_late = max((s[2][i] for s in after[half:]), default=0)
+        print(f"{w.worker_id}: RSS max {early / 1024:.0f} MB (first half after warm-up) -> {late / 1024:.0f} MB "
+              f"(second half); store {store_early / 1024:.1f} MB -> {store_late / 1024:.1f} MB")
+        if early:
+            assert late <= RSS_GROWTH * early, f"{w.worker_id}: RSS grew from {early} kB to {late} kB"
