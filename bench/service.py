@@ -44,6 +44,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
+from bench.broker import bench_broker
 from coordinator.locks.lockbox import Lockbox
 from coordinator.timeline.timelines import Timelines
 from events import Envelope, Event, Interval, SegmentDescriptor, Topics, decode, encode
@@ -534,44 +535,35 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
         work = Path(tmp)
-        broker = None
-        bootstrap = os.environ.get("SEGCOORD_BOOTSTRAP")
-        if not bootstrap:
-            from streaming.local_broker import LocalBroker
-
-            broker = LocalBroker(work / "kafka-home", log_level="WARN")
-            bootstrap = broker.start()
-            print(f"local broker at {bootstrap} (stopped at the end)")
-        workers: list[Worker] = []
-        try:
-            if args.only in (None, "timeline"):
-                seg_events = segment_events(args.segments)
-                tl_worker, tl_topics = throughput(bootstrap, work, SEGMENTS, TIMELINE, seg_events, fold_timeline,
-                                                  "timeline")
-                workers.append(tl_worker)
-                latency(bootstrap, tl_topics, args.paced, args.rate)
-                tl_worker.stop()
-            if args.only in (None, "placement"):
-                direct = (args.preload_via or ("direct" if args.preload > 10_000 else "lockbox")) == "direct"
-                base = p99 = None
-                if args.planner in ("both", "full"):
-                    base = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate,
-                                             "full", direct, args.balancer)
-                if args.planner in ("both", "incremental"):
-                    p99 = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate,
-                                            "incremental", direct, args.balancer)
-                if base and p99:
-                    print(f"placement p99: incremental / full-plan baseline = {p99 / base:.4f} "
-                          f"({p99:.1f} ms vs {base:.1f} ms)")
-            if args.only in (None, "lockbox"):
-                lb_worker, _ = throughput(bootstrap, work, LOCK_REQUESTS, LOCKS, request_events(args.requests),
-                                          fold_lockbox, "lockbox")
-                workers.append(lb_worker)
-        finally:
-            for w in workers:
-                w.stop()
-            if broker is not None:
-                broker.stop()
+        with bench_broker(work) as bootstrap:
+            workers: list[Worker] = []
+            try:
+                if args.only in (None, "timeline"):
+                    seg_events = segment_events(args.segments)
+                    tl_worker, tl_topics = throughput(bootstrap, work, SEGMENTS, TIMELINE, seg_events, fold_timeline,
+                                                      "timeline")
+                    workers.append(tl_worker)
+                    latency(bootstrap, tl_topics, args.paced, args.rate)
+                    tl_worker.stop()
+                if args.only in (None, "placement"):
+                    direct = (args.preload_via or ("direct" if args.preload > 10_000 else "lockbox")) == "direct"
+                    base = p99 = None
+                    if args.planner in ("both", "full"):
+                        base = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate,
+                                                 "full", direct, args.balancer)
+                    if args.planner in ("both", "incremental"):
+                        p99 = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate,
+                                                "incremental", direct, args.balancer)
+                    if base and p99:
+                        print(f"placement p99: incremental / full-plan baseline = {p99 / base:.4f} "
+                              f"({p99:.1f} ms vs {base:.1f} ms)")
+                if args.only in (None, "lockbox"):
+                    lb_worker, _ = throughput(bootstrap, work, LOCK_REQUESTS, LOCKS, request_events(args.requests),
+                                              fold_lockbox, "lockbox")
+                    workers.append(lb_worker)
+            finally:
+                for w in workers:
+                    w.stop()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from bench.broker import bench_broker
 from coordinator.upserts import Strategy, UpsertState, build_filter, filter_terms, naive_filter
 from coordinator.upserts.state import Latest
 from coordinator.upserts.table import Key, UpsertTable
@@ -252,19 +252,8 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="bench-upserts-") as tmp:
         work = Path(tmp)
-        broker = None
-        bootstrap = os.environ.get("SEGCOORD_BOOTSTRAP")
-        if not bootstrap:
-            from streaming.local_broker import LocalBroker
-
-            broker = LocalBroker(work / "kafka-home", log_level="WARN")
-            bootstrap = broker.start()
-            print(f"local broker at {bootstrap} (stopped at the end)")
-        try:
+        with bench_broker(work) as bootstrap:
             latency(bootstrap, work, args.paced, args.rate)
-        finally:
-            if broker is not None:
-                broker.stop()
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from bench.broker import bench_broker
 from bench.service import SEGCOORD, T0, fold_timeline, produce, segment_events
 from events import Envelope, Interval, SegmentDescriptor, Topics, decode
 from events.schema import Instant
@@ -243,15 +244,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:
         work = Path(tmp)
-        broker = None
-        bootstrap = os.environ.get("SEGCOORD_BOOTSTRAP")
-        if not bootstrap:
-            from streaming.local_broker import LocalBroker
-
-            broker = LocalBroker(work / "kafka-home", log_level="WARN")
-            bootstrap = broker.start()
-            print(f"local broker at {bootstrap} (stopped at the end)")
-        try:
+        with bench_broker(work) as bootstrap:
             if args.only in (None, "throughput"):
                 print(f"timeline agent throughput on {PARTITIONS} partitions ({os.cpu_count()} cores):")
                 events = segment_events(args.segments)
@@ -261,9 +254,6 @@ def main() -> None:
                     f"{n} -> {r / first:.2f}" for n, r in rates.items()))
             if args.only in (None, "latency"):
                 rebalance_latency(bootstrap, work, args.paced, args.rate)
-        finally:
-            if broker is not None:
-                broker.stop()
 
 
 if __name__ == "__main__":
