@@ -130,6 +130,14 @@ def position_from_store(app: Any, stored: dict[str, list[StoredOffsets]]) -> Non
             await consumer._seek(tp, offset)
             positions[tp] = offset
         log.info("positioned from the state stores: %s", positions)
+        if positions:
+            # the group's offsets follow the stores: a kill -9 between a store commit and the next group commit
+            # left them behind, and with nothing new to read no batch would move them (write confirmations and
+            # `segcoord watch` read them)
+            try:
+                await consumer._commit_offsets(positions)
+            except Exception as e:  # the next applied batch commits later offsets; the stores hold what counts
+                log.warning("committing the stored positions to the group failed: %r", e)
         return positions
 
     consumer.seek_to_committed = seek_to_stored
