@@ -40,6 +40,7 @@ class SegmentId:
     version: str
     partition_id: int = 0
     _hash: int = field(init=False, repr=False, compare=False, default=0)
+    _text: str = field(init=False, repr=False, compare=False, default="")
 
     def __post_init__(self) -> None:
         # Ids key every map of the timeline: hash once, not on every lookup.
@@ -55,8 +56,12 @@ class SegmentId:
         return (self.data_source, self.interval.start, self.interval.end, self.version, self.partition_id)
 
     def __str__(self) -> str:
-        base = f"{self.data_source}_{self.interval.iso().replace('/', '_')}_{self.version}"
-        return base if self.partition_id == 0 else f"{base}_{self.partition_id}"
+        text = self._text  # built once: outputs, stored facts and the id index all ask for it
+        if not text:
+            base = f"{self.data_source}_{self.interval.iso().replace('/', '_')}_{self.version}"
+            text = base if self.partition_id == 0 else f"{base}_{self.partition_id}"
+            object.__setattr__(self, "_text", text)
+        return text
 
     @staticmethod
     def parse(text: str, data_source: str | None = None) -> SegmentId:

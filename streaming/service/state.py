@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,6 +197,19 @@ class AgentStateStore:
         raw = event_id.encode()
         get = self._db.get
         return any(get(p + raw) is not None for p in self._prefixes)
+
+    def applied_among(self, event_ids: Iterable[str]) -> set[str]:
+        """The ids among ``event_ids`` that a committed batch applied: :meth:`applied` for a whole batch of inputs,
+        one multi-get per live generation instead of one get per id and generation."""
+        ids = list(dict.fromkeys(event_ids))
+        found: set[str] = set()
+        if not ids:
+            return found
+        raw = [i.encode() for i in ids]
+        for p in self._prefixes:
+            values = self._db.get([p + r for r in raw])
+            found.update(i for i, v in zip(ids, values, strict=True) if v is not None)
+        return found
 
     def applied_ids(self) -> set[str]:
         return {k[len(APPLIED_PREFIX) + 9:].decode() for k, _ in self.scan_raw(APPLIED_PREFIX)}

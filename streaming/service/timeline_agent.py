@@ -40,7 +40,7 @@ from events.segment import SegmentId
 from events.topics import SEGMENTS, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
 from streaming import credentials
-from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
+from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, prior_ids, seen_in
 from streaming.service.state import AgentStateStore, StoreBatch
 from streaming.service.timeline_facts import (
     ID_PREFIX,
@@ -49,10 +49,10 @@ from streaming.service.timeline_facts import (
     SegmentFacts,
     facts_of,
     id_key,
-    learned_ids,
     parse_id_key,
     restore,
     touched_ids,
+    unrecorded_ids,
 )
 
 FORMAT_VERSION = "timeline-agent/1"
@@ -82,14 +82,16 @@ class TimelineAgent:
         touched: dict[SegmentId, None] = {}
         states: dict[SegmentId, SegmentState] = {}
         c = self.counters
+        prior = prior_ids(records, self._next, self.store)
         for rec in records:
             env = admit(rec, SEGMENTS, self._next, batch, c, self._dead_letter)
-            if env is None or seen(env, batch, self.store, c):
+            if env is None or seen_in(env, batch, prior, c):
                 continue
             refused = publish_refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
             if refused is not None:
                 self._dead_letter(rec, refused)
                 continue
+            learned = unrecorded_ids(self.timelines, env.event)  # the id texts whose stored entry changes
             try:
                 sids = touched_ids(self.timelines, env.event)
                 changes = self.timelines.apply(env.event)
@@ -98,7 +100,7 @@ class TimelineAgent:
                 continue
             batch.mark_applied(env.event_id, rec.timestamp_ms)
             c.applied += 1
-            for sid in learned_ids(env.event):
+            for sid in learned:
                 batch.put(ID_PREFIX + str(sid).encode(), id_key(sid))
             touched.update(dict.fromkeys(sids))
             for i, change in enumerate(changes):

@@ -101,6 +101,13 @@ def learned_ids(event: Event) -> list[SegmentId]:
     return []
 
 
+def unrecorded_ids(timelines: Timelines, event: Event) -> list[SegmentId]:
+    """The ids of :func:`learned_ids` whose text the fold does not resolve to them yet (call before ``apply``):
+    the only ``id/`` entries a commit has to write, since the store holds every text the fold resolves."""
+    known = timelines._ids
+    return [sid for sid in learned_ids(event) if known.get(str(sid)) != sid]
+
+
 def facts_of(timelines: Timelines, sid: SegmentId) -> SegmentFacts | None:
     """The facts of one segment now, or None when the timeline no longer knows it."""
     tl = timelines._by_source.get(sid.data_source)

@@ -157,3 +157,34 @@ def test_the_timeline_takes_the_lockbox_publish_and_dead_letters_a_forged_one(tm
         changed = {e.event.segment_id for e in tl_sink.sent if not isinstance(e.event, DeadLettered)}  # type: ignore[attr-defined]
         assert changed == {str(seg(0).id)}
         assert timeline.timelines.states() == {str(seg(0).id): "offline"}
+
+
+# -- the sealed bytes ------------------------------------------------------------------------------------
+def _reference_message(env: Envelope[SegmentsPublished]) -> bytes:
+    """The sealed bytes as first specified: the envelope of a copy of the event without its seal."""
+    import orjson
+
+    unsealed = Envelope(replace(env.event, seal=None), env.event_id, env.occurred_at, env.key, env.causation_id)
+    return orjson.dumps(unsealed.to_json(), option=orjson.OPT_SORT_KEYS)
+
+
+@pytest.mark.parametrize("decision, seal, cause", [(None, None, None), ("d1", None, "r1"), ("d1", "ab" * 32, None),
+                                                   (None, "not-hex", "r2")])
+def test_the_sealed_bytes_are_those_of_the_unsealed_copy(decision: str | None, seal: str | None,
+                                                         cause: str | None) -> None:
+    """A seal written before the cheaper message still verifies, and a changed field still breaks it."""
+    import hashlib
+    import hmac
+
+    from coordinator.locks.seal import _message, seal_of
+
+    core = tuple(replace(seg(3, "v2", "ds_x", 5), partition_id=p, shard_spec={"type": "numbered", "partitionNum": p,
+                                                                             "partitions": 2}) for p in range(2))
+    for segments in ((seg(0),), core):
+        env = Envelope(SegmentsPublished(task_id="t", segments=segments, decision_id=decision, seal=seal), "e1",
+                       Instant(T0), "wiki", cause)
+        assert _message(env) == _reference_message(env)
+        assert seal_of(env, KEY) == hmac.new(KEY, _reference_message(env), hashlib.sha256).hexdigest()
+        sealed = seal_publish(env, "d9", KEY)
+        assert publish_refusal(sealed, KEY) is None
+        assert publish_refusal(replace(sealed, key="other"), KEY) is not None
