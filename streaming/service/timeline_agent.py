@@ -31,13 +31,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import orjson
+
 from coordinator.locks.seal import publish_refusal
 from coordinator.timeline.timelines import Timelines
 from events.envelope import Envelope
 from events.ids import derived_event_id
-from events.schema import EventValidationError
+from events.instant import format_instant
+from events.schema import EventValidationError, Instant
 from events.segment import SegmentId
-from events.topics import SEGMENTS, Topics
+from events.topics import SEGMENTS, TIMELINE, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
 from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, prior_ids, seen_in
@@ -67,6 +70,7 @@ class TimelineAgent:
         self.publish_key = publish_key if publish_key is not None else credentials.publish_key()
         self.topics = topics
         self.input_topic = topics.name(SEGMENTS)
+        self.output_topic = topics.name(TIMELINE)
         self.sink = sink
         self.counters = AgentCounters()
         self.timelines = load_timelines(store)
@@ -83,6 +87,7 @@ class TimelineAgent:
         states: dict[SegmentId, SegmentState] = {}
         c = self.counters
         prior = prior_ids(records, self._next, self.store)
+        send_raw = getattr(self.sink, "send_raw", None)  # a producer: outputs go as bytes (change_value)
         for rec in records:
             env = admit(rec, SEGMENTS, self._next, batch, c, self._dead_letter)
             if env is None or seen_in(env, batch, prior, c):
@@ -107,10 +112,14 @@ class TimelineAgent:
                 sid = change.segment_id
                 states[sid] = change.new
                 touched[sid] = None
-                out = SegmentVisibilityChanged(segment_id=str(sid), data_source=sid.data_source,
-                                               interval=sid.interval, from_state=change.old, to_state=change.new)
-                self.sink.send(Envelope(out, derived_event_id(rec.topic, rec.partition, rec.offset, i),
-                                        env.occurred_at, sid.data_source, env.event_id))
+                event_id = derived_event_id(rec.topic, rec.partition, rec.offset, i)
+                if send_raw is not None:
+                    send_raw(self.output_topic, sid.data_source.encode(),
+                             change_value(sid, change.old, change.new, event_id, env.occurred_at, env.event_id))
+                else:
+                    out = SegmentVisibilityChanged(segment_id=str(sid), data_source=sid.data_source,
+                                                   interval=sid.interval, from_state=change.old, to_state=change.new)
+                    self.sink.send(Envelope(out, event_id, env.occurred_at, sid.data_source, env.event_id))
                 c.emitted += 1
         self._stage_facts(batch, touched, states)
         self.sink.flush()
@@ -137,6 +146,22 @@ class TimelineAgent:
         self.sink.send(dead_letter_of(rec, reason))
         self.counters.dead_lettered += 1
         self.counters.last_reasons = [*self.counters.last_reasons[-9:], reason]
+
+
+_CHANGE_VERSION = SegmentVisibilityChanged.schema_version
+
+
+def change_value(sid: SegmentId, old: SegmentState, new: SegmentState, event_id: str, occurred_at: Instant,
+                 cause: str) -> bytes:
+    """The message value of the ``SegmentVisibilityChanged`` envelope the agent emits, built straight from the
+    change: the same bytes as ``encode(Envelope(SegmentVisibilityChanged(...), event_id, occurred_at,
+    sid.data_source, cause))`` (tested), at half the cost (no event or envelope objects on the way)."""
+    return orjson.dumps({
+        "event_type": "segment_visibility_changed", "schema_version": _CHANGE_VERSION, "event_id": event_id,
+        "occurred_at": format_instant(occurred_at), "key": sid.data_source, "causation_id": cause,
+        "payload": {"segmentId": str(sid), "dataSource": sid.data_source, "interval": sid.interval.iso(),
+                    "from": old, "to": new},
+    })
 
 
 def load_timelines(store: AgentStateStore) -> Timelines:

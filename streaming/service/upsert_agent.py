@@ -65,7 +65,7 @@ from events.registry import Event
 from events.schema import Instant, decode_record, encode_record
 from events.topics import CLUSTER, SEGMENTS, TIMELINE, UPSERT_STRATEGY, Topics
 from events.upserts import UpsertTableSet
-from streaming.service.intake import AgentCounters, InputRecord, admit, dead_letter_of, seen
+from streaming.service.intake import AgentCounters, InputRecord, admit, dead_letter_of, prior_ids, seen_in
 from streaming.service.state import AgentStateStore, StoreBatch
 
 FORMAT_VERSION = "upsert-agent/1"
@@ -151,10 +151,11 @@ class UpsertAgent:
         c = self.counters
         changed: set[str] = set()
         last: tuple[InputRecord, str] | None = None
+        prior = prior_ids(records, self._next, self.store)
         for rec in records:
             logical = self._logical(rec.topic)
             env = admit(rec, logical, self._next, batch, c, self._bad)
-            if env is None or seen(env, batch, self.store, c):
+            if env is None or seen_in(env, batch, prior, c):
                 continue
             try:
                 changed |= self.state.apply(env.event, env.occurred_at)
