@@ -140,7 +140,7 @@ from events.segment import SegmentId
 from events.segments import SegmentsMarkedUnused
 from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
 from streaming import credentials
-from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
+from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, prior_ids, seen_in
 from streaming.service.state import AgentStateStore, StoreBatch
 
 FORMAT_VERSION = "planner-agent/3"  # entries of coordinator.placement.codec (v3: + "heard"; v1 kept its own keys)
@@ -229,12 +229,13 @@ class PlannerAgent:
         trigger: tuple[tuple[str, int, int], str] | None = None
         touched = Touched()
         causes: dict[SegmentId, str] = {}  # segment -> the last input of the batch that touched it
+        prior = prior_ids(records, self._next, self.store)
         for rec in records:
             logical = self._logical(rec.topic)
             env = admit(rec, logical, self._next, batch, c, self._bad)
             if env is None:
                 continue
-            if logical != COMMANDS and seen(env, batch, self.store, c):
+            if logical != COMMANDS and seen_in(env, batch, prior, c):
                 continue
             refused = publish_refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
             if refused is not None:
