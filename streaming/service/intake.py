@@ -8,11 +8,9 @@ agent's ``reject`` (dead letter) with the reason. :func:`seen` tells an event
 already applied (in this batch or a committed one) by its id.
 
 **Decoded once.** A record is decoded at most once, whatever number of agents
-read it (``segments`` has three: timeline, upserts, planner): :meth:`InputRecord.decoded`
-keeps the envelope or the validation error on the record, and the worker hands the
-same record objects to every agent of the topic. A reader with record objects of
-its own (the planner feed's consumer) takes a decode made lately of the same
-position *and the same bytes* from a bounded memo. Envelopes are immutable, so sharing one
+read it (``segments`` has two): :meth:`InputRecord.decoded` keeps the envelope
+or the validation error on the record, and the worker hands the same record
+objects to every agent of the topic. Envelopes are immutable, so sharing one
 between agents is safe; two threads racing on a first decode both compute the
 same result.
 """
@@ -48,42 +46,14 @@ class InputRecord:
         """The record's envelope, decoded on the first call only; raises EventValidationError (every call)."""
         got = self._decoded
         if got is None:
-            position = (self.topic, self.partition, self.offset)
-            hit = _recent.get(position) or _older.get(position)
-            if hit is not None and hit[0] == self.value:
-                got = hit[1]
-            else:
-                try:
-                    got = decode(self.value)
-                except EventValidationError as e:
-                    got = e
-                _remember(position, self.value, got)
+            try:
+                got = decode(self.value)
+            except EventValidationError as e:
+                got = e
             object.__setattr__(self, "_decoded", got)
         if isinstance(got, EventValidationError):
             raise got
         return got
-
-
-#: Records decoded lately, by position, with their bytes: another reader of the same record (the planner feed's
-#: own consumer reads ``segments`` beside the worker's) takes the decode when the bytes are the same. Two
-#: generations of ``RECENT_MAX`` records: one dict swap forgets the older (safe from any thread).
-RECENT_MAX = 10_000
-_Decoded = tuple[bytes | None, "Envelope[Event] | EventValidationError"]
-_recent: dict[tuple[str, int, int], _Decoded] = {}
-_older: dict[tuple[str, int, int], _Decoded] = {}
-
-
-def _remember(position: tuple[str, int, int], value: bytes | None, got: Envelope[Event] | EventValidationError) -> None:
-    global _recent, _older
-    _recent[position] = (value, got)
-    if len(_recent) >= RECENT_MAX:
-        _older, _recent = _recent, {}
-
-
-def forget_decoded() -> None:
-    """Forget every remembered decode (tests that count decodes)."""
-    global _recent, _older
-    _recent, _older = {}, {}
 
 
 class Sink(Protocol):

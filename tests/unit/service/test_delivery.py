@@ -70,7 +70,6 @@ def test_two_agents_reading_segments_decode_each_record_once(tmp_path: Path,
         return real(data)
 
     monkeypatch.setattr(intake, "decode", counted)
-    intake.forget_decoded()
     records = segment_records(300)
     with AgentStateStore(tmp_path / "a", FORMAT_VERSION) as a_store, \
             AgentStateStore(tmp_path / "b", FORMAT_VERSION) as b_store:
@@ -148,30 +147,3 @@ def test_gil_slices_are_short_only_while_a_pool_call_runs_long() -> None:
     finally:
         release.set()
         pool.shutdown()
-
-
-def test_a_second_reader_of_a_record_takes_its_decode_only_when_the_bytes_are_the_same(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The planner feed's consumer builds its own record objects: the worker's decode of the same position and
-    bytes is reused; other bytes at that position (a topic deleted and made again) are decoded anew."""
-    decodes = 0
-    real = events.envelope.decode
-
-    def counted(data: bytes | None) -> Envelope[Event]:
-        nonlocal decodes
-        decodes += 1
-        return real(data)
-
-    monkeypatch.setattr(intake, "decode", counted)
-    intake.forget_decoded()
-    first, other = segment_records(2)
-    again = InputRecord(first.topic, first.partition, first.offset, first.key, bytes(first.value or b""), 0)
-    assert again.decoded() is first.decoded() and decodes == 1
-    moved = InputRecord(first.topic, first.partition, first.offset, other.key, other.value, 0)
-    assert moved.decoded() == other.decoded() != first.decoded() and decodes == 3
-    bad = InputRecord(first.topic, 7, 0, None, b"{")
-    with pytest.raises(events.schema.EventValidationError):
-        bad.decoded()
-    with pytest.raises(events.schema.EventValidationError):
-        InputRecord(first.topic, 7, 0, None, b"{").decoded()
-    assert decodes == 4
