@@ -18,6 +18,9 @@ Three measurements, each against a fresh topic prefix and an empty state folder:
    ``--preload-via direct`` (the default above 10k segments) writes the preloaded placement into the planner's
    store before the worker starts; ``lockbox`` reaches it through lock requests and real loads.
 
+``--only agent``: the timeline agent alone in this process (no broker, no worker, a real RocksDB store), against
+the same fold: what the agent adds to the fold, per CPU second.
+
 Baseline in the same run: a pure in-process fold of the same events (decode + ``Timelines.apply``, decode +
 ``Lockbox.handle``), printed with the service/fold ratio.
 
@@ -106,6 +109,48 @@ def fold_lockbox(values: list[bytes]) -> tuple[int, float, float]:
         seen.add(e.event_id)
         decisions += len(box.handle(e))
     return decisions, len(values) / (time.perf_counter() - started), len(values) / (time.process_time() - cpu)
+
+
+class _BytesSink:
+    """What the worker's producer does with the agent's outputs, minus the network: the bytes are made and kept."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def send(self, envelope: Envelope[Event]) -> None:
+        self.values.append(encode(envelope))
+
+    def send_raw(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        self.values.append(value or b"")
+
+    def flush(self, timeout: float = 30.0) -> None:
+        pass
+
+
+def agent_in_process(values: list[bytes], batch: int = 2000) -> None:
+    """The timeline agent alone, in this process, on a real RocksDB store, in batches of ``batch`` (the worker's
+    fetch size), against the pure fold of the same run: the agent's own cost (dedupe, seal check, outputs, state
+    staging, the write batch) without the broker, the other agents or the machine's other jobs in the figure."""
+    from streaming.service import timeline_agent
+    from streaming.service.intake import InputRecord
+    from streaming.service.state import AgentStateStore
+
+    topics = Topics("bench.")
+    changes, fold_rate, fold_cpu_rate = fold_timeline(values)
+    for run in (1, 2):
+        with tempfile.TemporaryDirectory(prefix="bench-agent-") as tmp, \
+                AgentStateStore(Path(tmp) / "timeline", timeline_agent.FORMAT_VERSION) as store:
+            sink = _BytesSink()
+            agent = timeline_agent.TimelineAgent(store, topics, sink)
+            records = [InputRecord(topics.name(SEGMENTS), 0, i, None, v, 1000 + i) for i, v in enumerate(values)]
+            started, cpu = time.perf_counter(), time.process_time()
+            for i in range(0, len(records), batch):
+                agent.process(records[i:i + batch])
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        assert len(sink.values) == changes, (len(sink.values), changes)
+        print(f"timeline agent in-process (run {run}): {len(values) / wall:,.0f} events/s, "
+              f"{len(values) / cpu:,.0f} per CPU second; pure fold {fold_rate:,.0f} events/s, "
+              f"{fold_cpu_rate:,.0f} per CPU second; agent/fold = {len(values) / cpu / fold_cpu_rate:.2f} (CPU)")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -522,7 +567,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--servers", type=int, default=10)
     parser.add_argument("--preload", type=int, default=10_000)
-    parser.add_argument("--only", choices=("timeline", "placement", "lockbox"), default=None)
+    parser.add_argument("--only", choices=("timeline", "placement", "lockbox", "agent"), default=None,
+                        help="agent: the timeline agent in this process against its fold (no broker, no worker)")
     parser.add_argument("--planner", choices=("both", "full", "incremental"), default="both",
                         help="placement: the full-plan baseline, the incremental planner, or both (the ratio)")
     parser.add_argument("--balancer", choices=("planner", "external"), default="planner",
@@ -532,6 +578,9 @@ def main() -> None:
                         help="how the placement preload is reached: through the lockbox and real loads, or "
                              "written into the planner's store before it starts (default: direct above 10k)")
     args = parser.parse_args()
+    if args.only == "agent":
+        agent_in_process([encode(e) for e in segment_events(args.segments)])
+        return
 
     with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
         work = Path(tmp)
