@@ -48,6 +48,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
+from events.compiled import constructor
 from events.segment import SegmentDescriptor
 
 _NONE: frozenset[int] = frozenset()
@@ -151,6 +152,10 @@ class ChunkStructure:
     lists: Mapping[int, frozenset[int]]
     order: tuple[int, ...]
     known: frozenset[int]
+    #: Each group's members as a set, and the distinct groups of what it lists (None when it lists nothing or an
+    #: id no group declares: such a group is never servable through its listings). Derived from the fields above.
+    group_sets: Mapping[int, frozenset[int]] = field(default_factory=dict, compare=False, repr=False)
+    via: Mapping[int, tuple[int, ...] | None] = field(default_factory=dict, compare=False, repr=False)
     #: Verdicts already computed, by online set (a pure function of it; bounded, see resolve_structure).
     memo: dict[frozenset[int], ChunkResolution] = field(default_factory=dict, compare=False, repr=False)
 
@@ -192,8 +197,14 @@ def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
             if indegree[h] == 0:
                 ready.append(h)
         ready.sort()
+    via: dict[int, tuple[int, ...] | None] = {}
+    for g in groups:
+        listed = lists[g]
+        via[g] = tuple(sorted({group_of[x] for x in listed})) if listed and all(x in group_of for x in listed) \
+            else None
     return ChunkStructure(
-        False, core, group_of, {g: tuple(m) for g, m in group_members.items()}, lists, tuple(order), frozenset(members)
+        False, core, group_of, {g: tuple(m) for g, m in group_members.items()}, lists, tuple(order), frozenset(members),
+        group_sets={g: frozenset(m) for g, m in group_members.items()}, via=via,
     )
 
 
@@ -209,7 +220,7 @@ def resolve_chunk(members: Mapping[int, SegmentDescriptor], online: Set[int]) ->
 def resolve_structure(structure: ChunkStructure, online: Set[int]) -> ChunkResolution:
     """The verdict for one online set, given the chunk's cached structure."""
     if structure.plain:
-        return ChunkResolution(structure.known.intersection(online), _NONE, _NONE, _NONE)
+        return _resolution(structure.known.intersection(online), _NONE, _NONE, _NONE)
     key = frozenset(online)
     memo = structure.memo
     found = memo.get(key)
@@ -222,47 +233,43 @@ def resolve_structure(structure: ChunkStructure, online: Set[int]) -> ChunkResol
 
 
 _MEMO_MAX = 8
+_resolution = constructor(ChunkResolution)  # no __init__: a frozen dataclass's stores its fields one by one
 
 
 def _resolve_groups(structure: ChunkStructure, online: Set[int]) -> ChunkResolution:
-    group_of, group_members, lists, order = structure.group_of, structure.group_members, structure.lists, \
-        structure.order
-    known = structure.known
+    """The module docstring's rules, with set operations (run in C) where the rules quantify over members."""
+    group_sets, via, order = structure.group_sets, structure.via, structure.order
     servable: dict[int, bool] = {}
+    by_listings: dict[int, bool] = {}  # lists something, and everything it lists is servable
     for g in reversed(order):  # listed groups before their listers
-        listed = lists[g]
-        servable[g] = all(m in online for m in group_members[g]) or (
-            bool(listed) and all(x in group_of and servable[group_of[x]] for x in listed))
+        listed_groups = via[g]
+        ok = listed_groups is not None and all(servable[h] for h in listed_groups)
+        by_listings[g] = ok
+        servable[g] = ok or online >= group_sets[g]
 
     hidden: set[int] = set()
-    status: dict[int, str] = {}
+    serving: set[int] = set()  # members of SERVE groups
+    lists = structure.lists
     for g in order:
-        mem = group_members[g]
-        not_hidden = [m for m in mem if m not in hidden]
-        any_hidden = len(not_hidden) < len(mem)
-        listed = lists[g]
-        if all(m in online for m in not_hidden):
-            verdict = SERVE
-        elif not any_hidden and listed and all(x in group_of and servable[group_of[x]] for x in listed):
-            verdict = PASS
-        elif any(m in online for m in not_hidden):
-            verdict = SERVE
+        mem = group_sets[g]
+        any_hidden = not hidden.isdisjoint(mem)
+        not_hidden = mem - hidden if any_hidden else mem
+        if online >= not_hidden:
+            serve = True
+        elif not any_hidden and by_listings[g]:
+            serve = False
+        elif not online.isdisjoint(not_hidden):
+            serve = True
         else:
-            verdict = SERVE if any_hidden else PASS
-        status[g] = verdict
-        if verdict == SERVE:
-            hidden.update(listed)
+            serve = any_hidden
+        if serve:
+            serving |= mem
+            hidden |= lists[g]
 
-    visible: set[int] = set()
-    standby: set[int] = set()
-    overshadowed: set[int] = set()
-    for pid in known:
-        if pid not in online:
-            continue
-        if pid in hidden:
-            overshadowed.add(pid)
-        elif status[group_of[pid]] == SERVE:
-            visible.add(pid)
-        else:
-            standby.add(pid)
-    return ChunkResolution(frozenset(visible), frozenset(standby), frozenset(overshadowed), frozenset(hidden))
+    shown = structure.known & online
+    overshadowed = shown & hidden
+    if overshadowed:
+        shown = shown - overshadowed
+    visible = shown & serving
+    return _resolution(visible, shown - visible if len(visible) < len(shown) else _NONE, overshadowed,
+                       frozenset(hidden))

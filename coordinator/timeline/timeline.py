@@ -90,9 +90,9 @@ class LookupEntry(NamedTuple):
 class _Chunk:
     """Mutable bookkeeping of one (interval, version); only the Timeline touches it."""
 
-    __slots__ = ("candidate", "complete", "covered", "entries", "fully_hidden", "higher", "ids", "interval", "key",
-                 "members", "neighbors", "neighbors_epoch", "online", "rank", "resolution", "served", "states",
-                 "structure", "version", "visible_ids")
+    __slots__ = ("candidate", "candidate_gaps", "complete", "covered", "entries", "fully_hidden", "hidden_gaps",
+                 "higher", "ids", "interval", "key", "members", "neighbors", "neighbors_epoch", "online", "rank",
+                 "resolution", "served", "states", "structure", "version", "visible_ids")
 
     def __init__(self, interval: Interval, version: str) -> None:
         self.interval = interval
@@ -111,6 +111,12 @@ class _Chunk:
         self.served: tuple[Interval, ...] = ()
         self.fully_hidden = False
         self.covered = False  # coverage computed at least once
+        # What of the interval no complete higher chunk covers (empty: fully hidden), and, kept only while this
+        # chunk is a candidate that is neither complete nor fully hidden, what of it no complete chunk and no
+        # higher candidate covers (where it serves). Maximal pieces in time order, as coverage.subtract_sorted
+        # returns them; updated by one neighbor's change (Timeline._recover_after) or recomputed (_cover).
+        self.hidden_gaps: tuple[Interval, ...] = ()
+        self.candidate_gaps: tuple[Interval, ...] | None = None
         self.neighbors: list[_Chunk] = []  # the other chunks overlapping this one, valid at neighbors_epoch
         self.higher: list[_Chunk] = []  # those of them ranked higher; both in (start, end, version) order
         self.neighbors_epoch = -1
@@ -135,14 +141,47 @@ class _Chunk:
         structure = self.structure
         if structure is None:
             structure = self.structure = chunk_structure(as_list_form(self.members))
-        self.resolution = resolve_structure(structure, self.online)
-        visible = self.resolution.visible
+        before = self.resolution.visible
+        self.resolution = resolution = resolve_structure(structure, self.online)
+        visible = resolution.visible
         self.candidate = bool(visible)
-        self.complete = bool(visible) and self.online.issuperset(range(structure.core))
-        visible_ids = tuple(self.ids[p] for p in sorted(visible))
-        if visible_ids != self.visible_ids:
-            self.visible_ids = visible_ids
-            self.entries = None
+        self.complete = bool(visible) and (not structure.core or self.online.issuperset(range(structure.core)))
+        if visible != before:  # (a partition's id is fixed while it is known)
+            visible_ids = tuple(self.ids[p] for p in sorted(visible))
+            if visible_ids != self.visible_ids:
+                self.visible_ids = visible_ids
+                self.entries = None
+
+
+def _without(gaps: tuple[Interval, ...], flip: _Chunk) -> tuple[Interval, ...]:
+    """``gaps`` minus ``flip``'s interval (pieces stay maximal: cutting never makes two pieces touch)."""
+    fs, fe = flip.key[0], flip.key[1]
+    out: list[Interval] = []
+    for piece in gaps:
+        if piece.end <= fs or fe <= piece.start:
+            out.append(piece)
+            continue
+        if piece.start < fs:
+            out.append(Interval(piece.start, fs))
+        if fe < piece.end:
+            out.append(Interval(fe, piece.end))
+    return tuple(out)
+
+
+def _with(gaps: tuple[Interval, ...], chunk: _Chunk, flip: _Chunk, blockers: list[ChunkKey]) -> tuple[Interval, ...]:
+    """``gaps`` plus what of ``chunk`` ∩ ``flip`` the other ``blockers`` (overlapping ``flip``, by start) leave
+    uncovered, merged into maximal pieces. The added part lies inside ``flip``, which the old gaps avoided."""
+    lo, hi = max(chunk.key[0], flip.key[0]), min(chunk.key[1], flip.key[1])
+    added = subtract_sorted(Interval(lo, hi), blockers)
+    if not added:
+        return gaps
+    out: list[Interval] = []
+    for piece in sorted((*gaps, *added)):
+        if out and out[-1].end == piece.start:
+            out[-1] = Interval(out[-1].start, piece.end)
+        else:
+            out.append(piece)
+    return tuple(out)
 
 
 def _change_order(change: StateChange) -> tuple[str, int, int, str, int]:
@@ -301,9 +340,11 @@ class Timeline:
         restate: dict[ChunkKey, _Chunk] = {}
         recover: dict[ChunkKey, _Chunk] = {}
         dirty: list[list[_Chunk]] = []  # chunks whose interval changed hands
+        flipped: list[tuple[_Chunk, bool, bool]] = []  # chunks whose completeness or candidacy changed, as before
+        removed = False
         for key in sorted(touched) if len(touched) > 1 else touched:
             chunk = self._chunks[key]
-            before = (chunk.complete, chunk.candidate)
+            was_complete, was_candidate = chunk.complete, chunk.candidate
             chunk.resolve()
             if not chunk.members:
                 neighbors = self._neighbors(chunk)
@@ -312,13 +353,23 @@ class Timeline:
                 del self._chunks[key]
                 self._epoch += 1
                 dirty.append(neighbors)
+                removed = True
                 continue
             restate[key] = chunk
-            if (chunk.complete, chunk.candidate) != before:
-                dirty.append([chunk])
-                dirty.append(self._neighbors(chunk))
+            if chunk.complete != was_complete or chunk.candidate != was_candidate:
+                flipped.append((chunk, was_complete, was_candidate))
+                recover[key] = chunk
             elif not chunk.covered:
                 recover[key] = chunk  # a new chunk may lie under higher ones
+        if len(flipped) == 1 and not removed:
+            # One chunk changed hands: its neighbors' coverage moves only inside its interval (_recover_after).
+            flip, was_complete, was_candidate = flipped[0]
+            for other in self._neighbors(flip):
+                if other.key not in recover and self._recover_after(other, flip, was_complete, was_candidate):
+                    restate[other.key] = other
+        else:
+            for flip, _c, _v in flipped:
+                dirty.append(self._neighbors(flip))
         for chunks in dirty:
             for other in chunks:
                 if self._chunks.get(other.key) is other:  # not removed later in this settle
@@ -363,26 +414,71 @@ class Timeline:
         """
         chunk.covered = True
         others = self._neighbors(chunk)
-        higher = chunk.higher
         interval = chunk.interval
-        served: tuple[Interval, ...] = ()
+        chunk.hidden_gaps = gaps = subtract_sorted(interval, [o.key for o in chunk.higher if o.complete])
+        chunk.candidate_gaps = None
         if chunk.complete:
-            served = subtract_sorted(interval, [o.key for o in higher if o.complete])
-            fully_hidden = not served
+            served = gaps
+        elif chunk.candidate and gaps:
+            rank = chunk.rank
+            blockers = [o.key for o in others if o.complete or (o.candidate and o.rank > rank)]
+            chunk.candidate_gaps = served = subtract_sorted(interval, blockers)
         else:
-            fully_hidden = not subtract_sorted(interval, [o.key for o in higher if o.complete])
-            if chunk.candidate and not fully_hidden:
-                rank = chunk.rank
-                blockers = [o.key for o in others if o.complete or (o.candidate and o.rank > rank)]
-                served = subtract_sorted(interval, blockers)
+            served = ()
+        return self._show(chunk, not gaps, served)
+
+    def _recover_after(self, chunk: _Chunk, flip: _Chunk, was_complete: bool, was_candidate: bool) -> bool:
+        """:meth:`_cover` of ``chunk`` after one overlapping chunk, ``flip``, changed its completeness or candidacy
+        (nothing else changed since ``chunk`` was last covered): the gaps change only inside ``flip``'s interval, so
+        they are updated from ``flip``'s neighbors instead of ``chunk``'s (a daily chunk under 24 hourly ones
+        re-covers from the hour's few). The result is :meth:`_cover`'s, piece for piece (maximal pieces)."""
+        if not chunk.covered or len(flip.neighbors) >= len(self._neighbors(chunk)):
+            return self._cover(chunk)
+        rank = chunk.rank
+        higher = flip.rank > rank
+        gaps = chunk.hidden_gaps
+        if higher and was_complete != flip.complete:
+            gaps = _without(gaps, flip) if flip.complete else _with(
+                gaps, chunk, flip, [o.key for o in flip.neighbors if o.complete and o.rank > rank and o is not chunk])
+            chunk.hidden_gaps = gaps
+        if chunk.complete:
+            served = gaps
+        elif chunk.candidate and gaps:
+            served_before = chunk.candidate_gaps
+            if served_before is None:
+                blockers = [o.key for o in self._neighbors(chunk) if o.complete or (o.candidate and o.rank > rank)]
+                served = subtract_sorted(chunk.interval, blockers)
+            elif (was_complete or (was_candidate and higher)) != (flip.complete or (flip.candidate and higher)):
+                if flip.complete or (flip.candidate and higher):
+                    served = _without(served_before, flip)
+                else:
+                    served = _with(served_before, chunk, flip, [
+                        o.key for o in flip.neighbors
+                        if (o.complete or (o.candidate and o.rank > rank)) and o is not chunk])
+            else:
+                served = served_before
+            chunk.candidate_gaps = served
+        else:
+            chunk.candidate_gaps = None
+            served = ()
+        return self._show(chunk, not gaps, served)
+
+    def _show(self, chunk: _Chunk, fully_hidden: bool, served: tuple[Interval, ...]) -> bool:
+        """Record the chunk's coverage (and its served pieces in the timeline's list); whether it changed."""
         changed = fully_hidden != chunk.fully_hidden
         chunk.fully_hidden = fully_hidden
-        if served != chunk.served:
-            self._uncover(chunk)
+        before = chunk.served
+        if served != before:
+            key = chunk.key
+            pieces = self._served
+            for piece in before:
+                if piece not in served:
+                    pieces.remove((piece.start, piece.end, key, piece))
+            for piece in served:
+                if piece not in before:
+                    pieces.add((piece.start, piece.end, key, piece))
             chunk.served = served
             chunk.entries = None
-            for piece in served:
-                self._served.add((piece.start, piece.end, chunk.key, piece))
             changed = True
         return changed
 
