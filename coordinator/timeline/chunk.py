@@ -238,30 +238,29 @@ _resolution = constructor(ChunkResolution)  # no __init__: a frozen dataclass's 
 
 def _resolve_groups(structure: ChunkStructure, online: Set[int]) -> ChunkResolution:
     """The module docstring's rules, with set operations (run in C) where the rules quantify over members."""
-    group_sets, via, order = structure.group_sets, structure.via, structure.order
-    servable: dict[int, bool] = {}
-    by_listings: dict[int, bool] = {}  # lists something, and everything it lists is servable
+    group_sets, via, order, lists = structure.group_sets, structure.via, structure.order, structure.lists
+    servable: set[int] = set()
+    by_listings: set[int] = set()  # groups that list something, everything they list servable
     for g in reversed(order):  # listed groups before their listers
         listed_groups = via[g]
-        ok = listed_groups is not None and all(servable[h] for h in listed_groups)
-        by_listings[g] = ok
-        servable[g] = ok or online >= group_sets[g]
+        if listed_groups is not None and servable.issuperset(listed_groups):
+            by_listings.add(g)
+            servable.add(g)
+        elif online >= group_sets[g]:
+            servable.add(g)
 
     hidden: set[int] = set()
     serving: set[int] = set()  # members of SERVE groups
-    lists = structure.lists
     for g in order:
         mem = group_sets[g]
-        any_hidden = not hidden.isdisjoint(mem)
-        not_hidden = mem - hidden if any_hidden else mem
-        if online >= not_hidden:
+        if hidden and not hidden.isdisjoint(mem):
+            serve = True  # rules (1) to (4) with a hidden member: SERVE whoever is online
+        elif online >= mem:
             serve = True
-        elif not any_hidden and by_listings[g]:
+        elif g in by_listings:
             serve = False
-        elif not online.isdisjoint(not_hidden):
-            serve = True
         else:
-            serve = any_hidden
+            serve = not online.isdisjoint(mem)
         if serve:
             serving |= mem
             hidden |= lists[g]
