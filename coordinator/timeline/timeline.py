@@ -46,8 +46,10 @@ chunk and its overlapping versions, never the data source.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import islice
 from typing import NamedTuple
 
 from sortedcontainers import SortedList
@@ -154,6 +156,7 @@ class _Chunk:
 
 
 _PENDING_MAX = 4096
+_FLAT_AFTER = 8
 
 
 def _without(gaps: tuple[Interval, ...], flip: _Chunk) -> tuple[Interval, ...]:
@@ -214,6 +217,11 @@ class Timeline:
         # one chunk to another and back (an announce undone) cancels here instead of costing four list updates.
         # Applied before every read of ``_served`` and whenever it grows past _PENDING_MAX.
         self._pending: dict[tuple[int, int, ChunkKey, Interval], int] = {}
+        # A flat copy of ``_served`` (starts, entries) for lookups, made once _FLAT_AFTER lookups in a row found
+        # ``_served`` unchanged (a list bisected in C instead of the sorted list's Python-level navigation); any
+        # change drops it, so interleaved changes and lookups never pay for copies.
+        self._flat: tuple[list[int], list[tuple[int, int, ChunkKey, Interval]]] | None = None
+        self._quiet_lookups = 0
         self._state: dict[SegmentId, SegmentState] = {}
         self._forgotten: list[SegmentId] = []
         self._epoch = 0  # bumped whenever a chunk is added or removed: the chunks' neighbor lists go stale
@@ -497,8 +505,13 @@ class Timeline:
 
     def _file_pending(self) -> None:
         """Apply the pending filings and withdrawals to ``_served``."""
+        pending = self._pending
+        if not pending:
+            return
+        self._flat = None
+        self._quiet_lookups = 0
         pieces = self._served
-        for entry, sign in self._pending.items():
+        for entry, sign in pending.items():
             if sign > 0:
                 pieces.add(entry)
             else:
@@ -507,6 +520,8 @@ class Timeline:
 
     def _uncover(self, chunk: _Chunk) -> None:
         self._file_pending()
+        self._flat = None
+        self._quiet_lookups = 0
         for piece in chunk.served:
             self._served.remove((piece.start, piece.end, chunk.key, piece))
         chunk.served = ()
@@ -559,16 +574,29 @@ class Timeline:
         qs, qe = interval.start, interval.end
         if self._pending:
             self._file_pending()
-        pieces = self._served
-        i = pieces.bisect_left((qs,))
-        if i > 0 and pieces[i - 1][1] > qs:
-            i -= 1
+        flat = self._flat
+        if flat is None:
+            self._quiet_lookups += 1
+            if self._quiet_lookups >= _FLAT_AFTER:
+                flat = self._flat = ([e[0] for e in self._served], list(self._served))
+        if flat is None:
+            pieces = self._served
+            i = pieces.bisect_left((qs,))
+            if i > 0 and pieces[i - 1][1] > qs:
+                i -= 1
+            walk = pieces.islice(i)
+        else:
+            starts, flat_pieces = flat
+            i = bisect_left(starts, qs)
+            if i > 0 and flat_pieces[i - 1][1] > qs:
+                i -= 1
+            walk = islice(flat_pieces, i, None)
         # A chunk's visible segments serve the same parts, so the parts are gathered per chunk, in the
         # order of its first piece (pieces are disjoint: no two chunks start serving at the same instant).
         # None: every piece of the chunk lies inside the query, its cached entries are the answer.
         parts: dict[ChunkKey, list[Interval] | None] = {}
         chunks = self._chunks
-        for start, end, key, piece in pieces.islice(i):
+        for start, end, key, piece in walk:
             if start >= qe:
                 break
             if key in parts:
