@@ -148,13 +148,12 @@ class ChunkStructure:
     plain: bool
     core: int  # declared core partitions (NumberedShardSpec ``partitions``), 0 when none
     group_of: Mapping[int, int]
-    group_members: Mapping[int, tuple[int, ...]]
+    group_members: Mapping[int, frozenset[int]]
     lists: Mapping[int, frozenset[int]]
     order: tuple[int, ...]
     known: frozenset[int]
-    #: Each group's members as a set, and the distinct groups of what it lists (None when it lists nothing or an
-    #: id no group declares: such a group is never servable through its listings). Derived from the fields above.
-    group_sets: Mapping[int, frozenset[int]] = field(default_factory=dict, compare=False, repr=False)
+    #: The distinct groups of what each group lists (None when it lists nothing or an id no group declares: such
+    #: a group is never servable through its listings). Derived from the fields above.
     via: Mapping[int, tuple[int, ...] | None] = field(default_factory=dict, compare=False, repr=False)
     #: Verdicts already computed, by online set (a pure function of it; bounded, see resolve_structure).
     memo: dict[frozenset[int], ChunkResolution] = field(default_factory=dict, compare=False, repr=False)
@@ -203,8 +202,8 @@ def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
         via[g] = tuple(sorted({group_of[x] for x in listed})) if listed and all(x in group_of for x in listed) \
             else None
     return ChunkStructure(
-        False, core, group_of, {g: tuple(m) for g, m in group_members.items()}, lists, tuple(order), frozenset(members),
-        group_sets={g: frozenset(m) for g, m in group_members.items()}, via=via,
+        False, core, group_of, {g: frozenset(m) for g, m in group_members.items()}, lists, tuple(order),
+        frozenset(members), via=via,
     )
 
 
@@ -238,7 +237,7 @@ _resolution = constructor(ChunkResolution)  # no __init__: a frozen dataclass's 
 
 def _resolve_groups(structure: ChunkStructure, online: Set[int]) -> ChunkResolution:
     """The module docstring's rules, with set operations (run in C) where the rules quantify over members."""
-    group_sets, via, order, lists = structure.group_sets, structure.via, structure.order, structure.lists
+    group_sets, via, order, lists = structure.group_members, structure.via, structure.order, structure.lists
     servable: set[int] = set()
     by_listings: set[int] = set()  # groups that list something, everything they list servable
     for g in reversed(order):  # listed groups before their listers
