@@ -127,10 +127,19 @@ class _Chunk:
 
     def set_member(self, sid: SegmentId, segment: SegmentDescriptor) -> None:
         partition = sid.partition_id
-        if self.members.get(partition) is not segment:
-            self.members[partition] = segment
+        members = self.members
+        if members.get(partition) is not segment:
+            structure = self.structure
+            if (structure is not None and structure.plain and partition not in members
+                    and _plain(partition, segment) and all(m.overwrite_spec is None for m in members.values())):
+                # A plain segment joining a plain chunk (no declarations, no Druid-form overwrite whose list form
+                # could depend on it) keeps it plain: chunk_structure would only add it to the known ids.
+                self.structure = ChunkStructure(True, max(structure.core, segment.core_partitions), {}, {}, {}, (),
+                                                structure.known | {partition})
+            else:
+                self.structure = None
+            members[partition] = segment
             self.ids[partition] = sid
-            self.structure = None
 
     def drop_member(self, partition: int) -> None:
         if self.members.pop(partition, None) is not None:
@@ -156,6 +165,12 @@ class _Chunk:
 
 
 _PENDING_MAX = 4096
+
+
+def _plain(partition: int, segment: SegmentDescriptor) -> bool:
+    """The segment declares nothing: no overshadowed ids, no atomic update group beyond itself, no Druid overwrite."""
+    return (not segment.overshadowed_segments and segment.overwrite_spec is None
+            and all(p == partition for p in segment.atomic_update_group))
 _FLAT_AFTER = 8
 
 
