@@ -49,7 +49,6 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from itertools import islice
 from typing import NamedTuple
 
 from sortedcontainers import SortedList
@@ -605,7 +604,7 @@ class Timeline:
             i = bisect_left(starts, qs)
             if i > 0 and flat_pieces[i - 1][1] > qs:
                 i -= 1
-            walk = islice(flat_pieces, i, None)
+            walk = flat_pieces[i:bisect_left(starts, qe, i)]  # the pieces starting before the query's end
         # A chunk's visible segments serve the same parts, so the parts are gathered per chunk, in the
         # order of its first piece (pieces are disjoint: no two chunks start serving at the same instant).
         # None: every piece of the chunk lies inside the query, its cached entries are the answer.
