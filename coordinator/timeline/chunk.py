@@ -202,9 +202,18 @@ def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
         via[g] = tuple(sorted({group_of[x] for x in listed})) if listed and all(x in group_of for x in listed) \
             else None
     return ChunkStructure(
-        False, core, group_of, {g: frozenset(m) for g, m in group_members.items()}, lists, tuple(order),
+        False, core, group_of, {g: _member_set(m) for g, m in group_members.items()}, lists, tuple(order),
         frozenset(members), via=via,
     )
+
+
+_SINGLES = [frozenset((p,)) for p in range(1024)]  # shared: most groups are one low partition id
+
+
+def _member_set(members: list[int]) -> frozenset[int]:
+    if len(members) == 1 and 0 <= members[0] < len(_SINGLES):
+        return _SINGLES[members[0]]
+    return frozenset(members)
 
 
 def resolve_chunk(members: Mapping[int, SegmentDescriptor], online: Set[int]) -> ChunkResolution:
