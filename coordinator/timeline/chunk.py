@@ -48,6 +48,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
+from events.compiled import constructor
 from events.segment import SegmentDescriptor
 
 _NONE: frozenset[int] = frozenset()
@@ -147,10 +148,13 @@ class ChunkStructure:
     plain: bool
     core: int  # declared core partitions (NumberedShardSpec ``partitions``), 0 when none
     group_of: Mapping[int, int]
-    group_members: Mapping[int, tuple[int, ...]]
+    group_members: Mapping[int, frozenset[int]]
     lists: Mapping[int, frozenset[int]]
     order: tuple[int, ...]
     known: frozenset[int]
+    #: The distinct groups of what each group lists (None when it lists nothing or an id no group declares: such
+    #: a group is never servable through its listings). Derived from the fields above.
+    via: Mapping[int, tuple[int, ...] | None] = field(default_factory=dict, compare=False, repr=False)
     #: Verdicts already computed, by online set (a pure function of it; bounded, see resolve_structure).
     memo: dict[frozenset[int], ChunkResolution] = field(default_factory=dict, compare=False, repr=False)
 
@@ -192,9 +196,24 @@ def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
             if indegree[h] == 0:
                 ready.append(h)
         ready.sort()
+    via: dict[int, tuple[int, ...] | None] = {}
+    for g in groups:
+        listed = lists[g]
+        via[g] = tuple(sorted({group_of[x] for x in listed})) if listed and all(x in group_of for x in listed) \
+            else None
     return ChunkStructure(
-        False, core, group_of, {g: tuple(m) for g, m in group_members.items()}, lists, tuple(order), frozenset(members)
+        False, core, group_of, {g: _member_set(m) for g, m in group_members.items()}, lists, tuple(order),
+        frozenset(members), via=via,
     )
+
+
+_SINGLES = [frozenset((p,)) for p in range(1024)]  # shared: most groups are one low partition id
+
+
+def _member_set(members: list[int]) -> frozenset[int]:
+    if len(members) == 1 and 0 <= members[0] < len(_SINGLES):
+        return _SINGLES[members[0]]
+    return frozenset(members)
 
 
 def resolve_chunk(members: Mapping[int, SegmentDescriptor], online: Set[int]) -> ChunkResolution:
@@ -209,7 +228,7 @@ def resolve_chunk(members: Mapping[int, SegmentDescriptor], online: Set[int]) ->
 def resolve_structure(structure: ChunkStructure, online: Set[int]) -> ChunkResolution:
     """The verdict for one online set, given the chunk's cached structure."""
     if structure.plain:
-        return ChunkResolution(structure.known.intersection(online), _NONE, _NONE, _NONE)
+        return _resolution(structure.known.intersection(online), _NONE, _NONE, _NONE)
     key = frozenset(online)
     memo = structure.memo
     found = memo.get(key)
@@ -222,47 +241,42 @@ def resolve_structure(structure: ChunkStructure, online: Set[int]) -> ChunkResol
 
 
 _MEMO_MAX = 8
+_resolution = constructor(ChunkResolution)  # no __init__: a frozen dataclass's stores its fields one by one
 
 
 def _resolve_groups(structure: ChunkStructure, online: Set[int]) -> ChunkResolution:
-    group_of, group_members, lists, order = structure.group_of, structure.group_members, structure.lists, \
-        structure.order
-    known = structure.known
-    servable: dict[int, bool] = {}
+    """The module docstring's rules, with set operations (run in C) where the rules quantify over members."""
+    group_sets, via, order, lists = structure.group_members, structure.via, structure.order, structure.lists
+    servable: set[int] = set()
+    by_listings: set[int] = set()  # groups that list something, everything they list servable
     for g in reversed(order):  # listed groups before their listers
-        listed = lists[g]
-        servable[g] = all(m in online for m in group_members[g]) or (
-            bool(listed) and all(x in group_of and servable[group_of[x]] for x in listed))
+        listed_groups = via[g]
+        if listed_groups is not None and servable.issuperset(listed_groups):
+            by_listings.add(g)
+            servable.add(g)
+        elif online >= group_sets[g]:
+            servable.add(g)
 
     hidden: set[int] = set()
-    status: dict[int, str] = {}
+    serving: set[int] = set()  # members of SERVE groups
     for g in order:
-        mem = group_members[g]
-        not_hidden = [m for m in mem if m not in hidden]
-        any_hidden = len(not_hidden) < len(mem)
-        listed = lists[g]
-        if all(m in online for m in not_hidden):
-            verdict = SERVE
-        elif not any_hidden and listed and all(x in group_of and servable[group_of[x]] for x in listed):
-            verdict = PASS
-        elif any(m in online for m in not_hidden):
-            verdict = SERVE
+        mem = group_sets[g]
+        if hidden and not hidden.isdisjoint(mem):
+            serve = True  # rules (1) to (4) with a hidden member: SERVE whoever is online
+        elif online >= mem:
+            serve = True
+        elif g in by_listings:
+            serve = False
         else:
-            verdict = SERVE if any_hidden else PASS
-        status[g] = verdict
-        if verdict == SERVE:
-            hidden.update(listed)
+            serve = not online.isdisjoint(mem)
+        if serve:
+            serving |= mem
+            hidden |= lists[g]
 
-    visible: set[int] = set()
-    standby: set[int] = set()
-    overshadowed: set[int] = set()
-    for pid in known:
-        if pid not in online:
-            continue
-        if pid in hidden:
-            overshadowed.add(pid)
-        elif status[group_of[pid]] == SERVE:
-            visible.add(pid)
-        else:
-            standby.add(pid)
-    return ChunkResolution(frozenset(visible), frozenset(standby), frozenset(overshadowed), frozenset(hidden))
+    shown = structure.known & online
+    overshadowed = shown & hidden
+    if overshadowed:
+        shown = shown - overshadowed
+    visible = shown & serving
+    return _resolution(visible, shown - visible if len(visible) < len(shown) else _NONE, overshadowed,
+                       frozenset(hidden))

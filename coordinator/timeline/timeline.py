@@ -46,6 +46,7 @@ chunk and its overlapping versions, never the data source.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -90,9 +91,9 @@ class LookupEntry(NamedTuple):
 class _Chunk:
     """Mutable bookkeeping of one (interval, version); only the Timeline touches it."""
 
-    __slots__ = ("candidate", "complete", "covered", "entries", "fully_hidden", "higher", "ids", "interval", "key",
-                 "members", "neighbors", "neighbors_epoch", "online", "rank", "resolution", "served", "states",
-                 "structure", "version", "visible_ids")
+    __slots__ = ("candidate", "candidate_gaps", "complete", "covered", "entries", "fully_hidden", "hidden_gaps",
+                 "higher", "ids", "interval", "key", "members", "neighbors", "neighbors_epoch", "online", "rank",
+                 "resolution", "served", "states", "structure", "version", "visible_ids")
 
     def __init__(self, interval: Interval, version: str) -> None:
         self.interval = interval
@@ -111,6 +112,12 @@ class _Chunk:
         self.served: tuple[Interval, ...] = ()
         self.fully_hidden = False
         self.covered = False  # coverage computed at least once
+        # What of the interval no complete higher chunk covers (empty: fully hidden), and, kept only while this
+        # chunk is a candidate that is neither complete nor fully hidden, what of it no complete chunk and no
+        # higher candidate covers (where it serves). Maximal pieces in time order, as coverage.subtract_sorted
+        # returns them; updated by one neighbor's change (Timeline._recover_after) or recomputed (_cover).
+        self.hidden_gaps: tuple[Interval, ...] = ()
+        self.candidate_gaps: tuple[Interval, ...] | None = None
         self.neighbors: list[_Chunk] = []  # the other chunks overlapping this one, valid at neighbors_epoch
         self.higher: list[_Chunk] = []  # those of them ranked higher; both in (start, end, version) order
         self.neighbors_epoch = -1
@@ -119,10 +126,19 @@ class _Chunk:
 
     def set_member(self, sid: SegmentId, segment: SegmentDescriptor) -> None:
         partition = sid.partition_id
-        if self.members.get(partition) is not segment:
-            self.members[partition] = segment
+        members = self.members
+        if members.get(partition) is not segment:
+            structure = self.structure
+            if (structure is not None and structure.plain and partition not in members
+                    and _plain(partition, segment) and all(m.overwrite_spec is None for m in members.values())):
+                # A plain segment joining a plain chunk (no declarations, no Druid-form overwrite whose list form
+                # could depend on it) keeps it plain: chunk_structure would only add it to the known ids.
+                self.structure = ChunkStructure(True, max(structure.core, segment.core_partitions), {}, {}, {}, (),
+                                                structure.known | {partition})
+            else:
+                self.structure = None
+            members[partition] = segment
             self.ids[partition] = sid
-            self.structure = None
 
     def drop_member(self, partition: int) -> None:
         if self.members.pop(partition, None) is not None:
@@ -135,14 +151,57 @@ class _Chunk:
         structure = self.structure
         if structure is None:
             structure = self.structure = chunk_structure(as_list_form(self.members))
-        self.resolution = resolve_structure(structure, self.online)
-        visible = self.resolution.visible
+        before = self.resolution.visible
+        self.resolution = resolution = resolve_structure(structure, self.online)
+        visible = resolution.visible
         self.candidate = bool(visible)
-        self.complete = bool(visible) and self.online.issuperset(range(structure.core))
-        visible_ids = tuple(self.ids[p] for p in sorted(visible))
-        if visible_ids != self.visible_ids:
-            self.visible_ids = visible_ids
-            self.entries = None
+        self.complete = bool(visible) and (not structure.core or self.online.issuperset(range(structure.core)))
+        if visible != before:  # (a partition's id is fixed while it is known)
+            visible_ids = tuple(self.ids[p] for p in sorted(visible))
+            if visible_ids != self.visible_ids:
+                self.visible_ids = visible_ids
+                self.entries = None
+
+
+_PENDING_MAX = 4096
+
+
+def _plain(partition: int, segment: SegmentDescriptor) -> bool:
+    """The segment declares nothing: no overshadowed ids, no atomic update group beyond itself, no Druid overwrite."""
+    return (not segment.overshadowed_segments and segment.overwrite_spec is None
+            and all(p == partition for p in segment.atomic_update_group))
+_FLAT_AFTER = 8
+
+
+def _without(gaps: tuple[Interval, ...], flip: _Chunk) -> tuple[Interval, ...]:
+    """``gaps`` minus ``flip``'s interval (pieces stay maximal: cutting never makes two pieces touch)."""
+    fs, fe = flip.key[0], flip.key[1]
+    out: list[Interval] = []
+    for piece in gaps:
+        if piece.end <= fs or fe <= piece.start:
+            out.append(piece)
+            continue
+        if piece.start < fs:
+            out.append(Interval(piece.start, fs))
+        if fe < piece.end:
+            out.append(Interval(fe, piece.end))
+    return tuple(out)
+
+
+def _with(gaps: tuple[Interval, ...], chunk: _Chunk, flip: _Chunk, blockers: list[ChunkKey]) -> tuple[Interval, ...]:
+    """``gaps`` plus what of ``chunk`` ∩ ``flip`` the other ``blockers`` (overlapping ``flip``, by start) leave
+    uncovered, merged into maximal pieces. The added part lies inside ``flip``, which the old gaps avoided."""
+    lo, hi = max(chunk.key[0], flip.key[0]), min(chunk.key[1], flip.key[1])
+    added = subtract_sorted(Interval(lo, hi), blockers)
+    if not added:
+        return gaps
+    out: list[Interval] = []
+    for piece in sorted((*gaps, *added)):
+        if out and out[-1].end == piece.start:
+            out[-1] = Interval(out[-1].start, piece.end)
+        else:
+            out.append(piece)
+    return tuple(out)
 
 
 def _change_order(change: StateChange) -> tuple[str, int, int, str, int]:
@@ -168,6 +227,15 @@ class Timeline:
         self._chunks: dict[ChunkKey, _Chunk] = {}
         self._index: IntervalIndex[ChunkKey, _Chunk] = IntervalIndex()
         self._served: SortedList = SortedList()  # (start, end, chunk key, piece), disjoint pieces
+        # Filings (+1) and withdrawals (-1) of served pieces not yet applied to ``_served``: a piece handed from
+        # one chunk to another and back (an announce undone) cancels here instead of costing four list updates.
+        # Applied before every read of ``_served`` and whenever it grows past _PENDING_MAX.
+        self._pending: dict[tuple[int, int, ChunkKey, Interval], int] = {}
+        # A flat copy of ``_served`` (starts, entries) for lookups, made once _FLAT_AFTER lookups in a row found
+        # ``_served`` unchanged (a list bisected in C instead of the sorted list's Python-level navigation); any
+        # change drops it, so interleaved changes and lookups never pay for copies.
+        self._flat: tuple[list[int], list[tuple[int, int, ChunkKey, Interval]]] | None = None
+        self._quiet_lookups = 0
         self._state: dict[SegmentId, SegmentState] = {}
         self._forgotten: list[SegmentId] = []
         self._epoch = 0  # bumped whenever a chunk is added or removed: the chunks' neighbor lists go stale
@@ -301,9 +369,11 @@ class Timeline:
         restate: dict[ChunkKey, _Chunk] = {}
         recover: dict[ChunkKey, _Chunk] = {}
         dirty: list[list[_Chunk]] = []  # chunks whose interval changed hands
+        flipped: list[tuple[_Chunk, bool, bool]] = []  # chunks whose completeness or candidacy changed, as before
+        removed = False
         for key in sorted(touched) if len(touched) > 1 else touched:
             chunk = self._chunks[key]
-            before = (chunk.complete, chunk.candidate)
+            was_complete, was_candidate = chunk.complete, chunk.candidate
             chunk.resolve()
             if not chunk.members:
                 neighbors = self._neighbors(chunk)
@@ -312,13 +382,23 @@ class Timeline:
                 del self._chunks[key]
                 self._epoch += 1
                 dirty.append(neighbors)
+                removed = True
                 continue
             restate[key] = chunk
-            if (chunk.complete, chunk.candidate) != before:
-                dirty.append([chunk])
-                dirty.append(self._neighbors(chunk))
+            if chunk.complete != was_complete or chunk.candidate != was_candidate:
+                flipped.append((chunk, was_complete, was_candidate))
+                recover[key] = chunk
             elif not chunk.covered:
                 recover[key] = chunk  # a new chunk may lie under higher ones
+        if len(flipped) == 1 and not removed:
+            # One chunk changed hands: its neighbors' coverage moves only inside its interval (_recover_after).
+            flip, was_complete, was_candidate = flipped[0]
+            for other in self._neighbors(flip):
+                if other.key not in recover and self._recover_after(other, flip, was_complete, was_candidate):
+                    restate[other.key] = other
+        else:
+            for flip, _c, _v in flipped:
+                dirty.append(self._neighbors(flip))
         for chunks in dirty:
             for other in chunks:
                 if self._chunks.get(other.key) is other:  # not removed later in this settle
@@ -363,30 +443,99 @@ class Timeline:
         """
         chunk.covered = True
         others = self._neighbors(chunk)
-        higher = chunk.higher
         interval = chunk.interval
-        served: tuple[Interval, ...] = ()
+        chunk.hidden_gaps = gaps = subtract_sorted(interval, [o.key for o in chunk.higher if o.complete])
+        chunk.candidate_gaps = None
         if chunk.complete:
-            served = subtract_sorted(interval, [o.key for o in higher if o.complete])
-            fully_hidden = not served
+            served = gaps
+        elif chunk.candidate and gaps:
+            rank = chunk.rank
+            blockers = [o.key for o in others if o.complete or (o.candidate and o.rank > rank)]
+            chunk.candidate_gaps = served = subtract_sorted(interval, blockers)
         else:
-            fully_hidden = not subtract_sorted(interval, [o.key for o in higher if o.complete])
-            if chunk.candidate and not fully_hidden:
-                rank = chunk.rank
-                blockers = [o.key for o in others if o.complete or (o.candidate and o.rank > rank)]
-                served = subtract_sorted(interval, blockers)
+            served = ()
+        return self._show(chunk, not gaps, served)
+
+    def _recover_after(self, chunk: _Chunk, flip: _Chunk, was_complete: bool, was_candidate: bool) -> bool:
+        """:meth:`_cover` of ``chunk`` after one overlapping chunk, ``flip``, changed its completeness or candidacy
+        (nothing else changed since ``chunk`` was last covered): the gaps change only inside ``flip``'s interval, so
+        they are updated from ``flip``'s neighbors instead of ``chunk``'s (a daily chunk under 24 hourly ones
+        re-covers from the hour's few). The result is :meth:`_cover`'s, piece for piece (maximal pieces)."""
+        if not chunk.covered or len(flip.neighbors) >= len(self._neighbors(chunk)):
+            return self._cover(chunk)
+        rank = chunk.rank
+        higher = flip.rank > rank
+        gaps = chunk.hidden_gaps
+        if higher and was_complete != flip.complete:
+            gaps = _without(gaps, flip) if flip.complete else _with(
+                gaps, chunk, flip, [o.key for o in flip.neighbors if o.complete and o.rank > rank and o is not chunk])
+            chunk.hidden_gaps = gaps
+        if chunk.complete:
+            served = gaps
+        elif chunk.candidate and gaps:
+            served_before = chunk.candidate_gaps
+            if served_before is None:
+                blockers = [o.key for o in self._neighbors(chunk) if o.complete or (o.candidate and o.rank > rank)]
+                served = subtract_sorted(chunk.interval, blockers)
+            elif (was_complete or (was_candidate and higher)) != (flip.complete or (flip.candidate and higher)):
+                if flip.complete or (flip.candidate and higher):
+                    served = _without(served_before, flip)
+                else:
+                    served = _with(served_before, chunk, flip, [
+                        o.key for o in flip.neighbors
+                        if (o.complete or (o.candidate and o.rank > rank)) and o is not chunk])
+            else:
+                served = served_before
+            chunk.candidate_gaps = served
+        else:
+            chunk.candidate_gaps = None
+            served = ()
+        return self._show(chunk, not gaps, served)
+
+    def _show(self, chunk: _Chunk, fully_hidden: bool, served: tuple[Interval, ...]) -> bool:
+        """Record the chunk's coverage (and its served pieces in the timeline's list); whether it changed."""
         changed = fully_hidden != chunk.fully_hidden
         chunk.fully_hidden = fully_hidden
-        if served != chunk.served:
-            self._uncover(chunk)
+        before = chunk.served
+        if served != before:
+            key = chunk.key
+            pending = self._pending
+            for piece in before:
+                if piece not in served:
+                    entry = (piece.start, piece.end, key, piece)
+                    if pending.pop(entry, 0) != 1:
+                        pending[entry] = -1
+            for piece in served:
+                if piece not in before:
+                    entry = (piece.start, piece.end, key, piece)
+                    if pending.pop(entry, 0) != -1:
+                        pending[entry] = 1
+            if len(pending) > _PENDING_MAX:
+                self._file_pending()
             chunk.served = served
             chunk.entries = None
-            for piece in served:
-                self._served.add((piece.start, piece.end, chunk.key, piece))
             changed = True
         return changed
 
+    def _file_pending(self) -> None:
+        """Apply the pending filings and withdrawals to ``_served``."""
+        pending = self._pending
+        if not pending:
+            return
+        self._flat = None
+        self._quiet_lookups = 0
+        pieces = self._served
+        for entry, sign in pending.items():
+            if sign > 0:
+                pieces.add(entry)
+            else:
+                pieces.remove(entry)
+        self._pending.clear()
+
     def _uncover(self, chunk: _Chunk) -> None:
+        self._file_pending()
+        self._flat = None
+        self._quiet_lookups = 0
         for piece in chunk.served:
             self._served.remove((piece.start, piece.end, chunk.key, piece))
         chunk.served = ()
@@ -437,16 +586,31 @@ class Timeline:
         if interval.is_empty():
             return []
         qs, qe = interval.start, interval.end
-        pieces = self._served
-        i = pieces.bisect_left((qs,))
-        if i > 0 and pieces[i - 1][1] > qs:
-            i -= 1
+        if self._pending:
+            self._file_pending()
+        flat = self._flat
+        if flat is None:
+            self._quiet_lookups += 1
+            if self._quiet_lookups >= _FLAT_AFTER:
+                flat = self._flat = ([e[0] for e in self._served], list(self._served))
+        if flat is None:
+            pieces = self._served
+            i = pieces.bisect_left((qs,))
+            if i > 0 and pieces[i - 1][1] > qs:
+                i -= 1
+            walk = pieces.islice(i)
+        else:
+            starts, flat_pieces = flat
+            i = bisect_left(starts, qs)
+            if i > 0 and flat_pieces[i - 1][1] > qs:
+                i -= 1
+            walk = flat_pieces[i:bisect_left(starts, qe, i)]  # the pieces starting before the query's end
         # A chunk's visible segments serve the same parts, so the parts are gathered per chunk, in the
         # order of its first piece (pieces are disjoint: no two chunks start serving at the same instant).
         # None: every piece of the chunk lies inside the query, its cached entries are the answer.
         parts: dict[ChunkKey, list[Interval] | None] = {}
         chunks = self._chunks
-        for start, end, key, piece in pieces.islice(i):
+        for start, end, key, piece in walk:
             if start >= qe:
                 break
             if key in parts:
@@ -479,6 +643,7 @@ class Timeline:
 
     def served_pieces(self) -> list[tuple[Interval, tuple[Interval, str]]]:
         """The disjoint pieces of time and the chunk (interval, version) serving each, in time order."""
+        self._file_pending()
         return [(piece, (Interval(key[0], key[1]), key[2])) for _s, _e, key, piece in self._served]
 
     def overshadowed_used(self) -> list[SegmentId]:

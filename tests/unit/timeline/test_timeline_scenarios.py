@@ -236,3 +236,32 @@ def test_the_older_generation_returns_when_the_last_member_of_the_newer_goes_off
     assert states(tl)["v1/1"] == "overshadowed" and states(tl)["v1/32769"] == "visible"
     tl.unannounce(seg(32769).id, "h1")
     assert states(tl)["v1/1"] == "visible"
+
+
+def test_a_daily_chunk_under_hourly_ones_follows_each_hour_handed_back_and_forth() -> None:
+    """One hour's chunk losing and regaining completeness re-covers the daily chunk beneath it from that hour
+    alone (the incremental path, with overwrites and compactions of other hours around it); after every step
+    the states, the served pieces and a day's lookup equal those of a timeline built in bulk from the same sets."""
+    import random
+
+    hour = 3_600_000
+    day0 = DAY.start
+    segments = [seg(0, "v0", DAY)]
+    for h in range(24):
+        iv = Interval(day0 + h * hour, day0 + (h + 1) * hour)
+        segments += [seg(p, "v1", iv, core=3) for p in range(3)]
+        if h % 3 == 0:
+            segments += [seg(p, "v1", iv, over=(0, 1, 2), aug=(3, 4), core=3) for p in (3, 4)]
+        if h % 4 == 0:
+            segments += [seg(0, "v2", Interval(iv.start, iv.start + 2 * hour), core=1)]
+    by_id = {s.id: s for s in segments}
+    tl = Timeline("wiki")
+    online(tl, *segments)
+    rng = random.Random(18)
+    for step in range(300):
+        s = rng.choice(segments)
+        tl.unannounce(s.id, "h1") if rng.random() < 0.5 else tl.announce(s, "h1")
+        bulk = Timeline.build("wiki", segments, {x: (by_id[x], servers) for x, servers in tl.online().items()})
+        assert tl.states() == bulk.states(), step
+        assert tl.served_pieces() == bulk.served_pieces(), step
+        assert tl.lookup(DAY) == bulk.lookup(DAY), step
