@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coordinator.locks.seal import publish_refusal
+from coordinator.locks.seal import use_refusal
 from coordinator.timeline.timelines import Timelines
 from events.envelope import Envelope
 from events.ids import derived_event_id
@@ -86,7 +86,7 @@ class TimelineAgent:
             env = admit(rec, SEGMENTS, self._next, batch, c, self._dead_letter)
             if env is None or seen(env, batch, self.store, c):
                 continue
-            refused = publish_refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
+            refused = use_refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
             if refused is not None:
                 self._dead_letter(rec, refused)
                 continue
