@@ -55,7 +55,7 @@ from streaming.service.timeline_facts import (
     touched_ids,
 )
 
-FORMAT_VERSION = "timeline-agent/1"
+FORMAT_VERSION = "timeline-agent/2"  # 2: only used segments take part (an announce alone is never served)
 STORE_NAME = "timeline"
 
 
