@@ -38,7 +38,8 @@ def _preamble() -> list[Envelope[Event]]:
         RulesSet(data_source="_default", rules=({"type": "loadForever", "tieredReplicants": {TIERS[0]: 1}},)),
         ServerJoined(server="h1", tier=TIERS[0], max_size_bytes=10_000),
         ServerJoined(server="h2", tier=TIERS[0], max_size_bytes=10_000),
-        SegmentsPublished(task_id="t", segments=tuple(POOL)),
+        *(SegmentsPublished(task_id="t", segments=tuple(s for s in POOL if s.data_source == ds))  # one per source
+          for ds in sorted({s.data_source for s in POOL})),
         *(SegmentAnnounced(server="h1", segment=seg) for seg in POOL)]
     return [through_lockbox(Envelope(e, f"pre{i}", Instant(T0), "pre")) for i, e in enumerate(events)]
 
