@@ -10,8 +10,9 @@
   unannounces, unused marks) with the same pure :class:`~coordinator.timeline.timelines.Timelines`
   the timeline agent runs, after the same seal check (publishes and marks the
   coordinator did not seal are skipped; it needs the deployment's publish key),
-  so at the same log position its states are the agent's states. (The feed carries each segment's state, not which instants
-  each version serves: that depends on chunk completeness, which the fold knows.)
+  so at the same log position its states are the agent's states. (The feed
+  carries each segment's state, not which instants each version serves: that
+  depends on chunk completeness, which the fold knows.)
 
 **Invariants.** Neither client writes anything (no offsets committed, no dead
 letters: undecodable records are counted and skipped; the agents dead-letter
