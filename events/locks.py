@@ -183,3 +183,12 @@ class SegmentsImported(Event):
 class SegmentsImportRejected(Event):
     request_id: str = wire("requestId")
     reason: str = wire("reason")
+
+
+@event_type("segments_mark_rejected", topic=LOCKS)
+@dataclass(frozen=True, slots=True)
+class SegmentsMarkRejected(Event):
+    """The lockbox's refusal of a ``segments_mark_used_requested`` or ``segments_mark_unused_requested``."""
+
+    request_id: str = wire("requestId")
+    reason: str = wire("reason")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from events.limits import MAX_SEGMENT_IDS
+from events.limits import MAX_SEGMENT_IDS, MAX_SEGMENTS_PER_REQUEST
 from events.registry import Event, event_type
 from events.schema import JsonValue, wire
 from events.segment import SegmentDescriptor
@@ -32,18 +32,29 @@ class SegmentsPublished(Event):
 @event_type("segments_marked_unused", topic=SEGMENTS)
 @dataclass(frozen=True, slots=True)
 class SegmentsMarkedUnused(Event):
+    """Segments no longer used (Druid's markUnused). Written only by the coordinator: the lockbox for an
+    operator's ``segcoord segments mark-unused`` (a ``segments_mark_unused_requested`` on ``lock-requests``),
+    the upsert agent's cleanup and the planner's overshadowed marking. ``seal`` is the coordinator's HMAC
+    over the envelope (:mod:`coordinator.locks.seal`); an unsealed mark is dead-lettered and changes nothing.
+    """
+
     segment_ids: tuple[str, ...] = wire("segmentIds", non_empty=True, max_items=MAX_SEGMENT_IDS)
     reason: str = wire("reason", allow_empty=True)
+    seal: str | None = wire("seal", None)
 
 
 @event_type("segments_marked_used", topic=SEGMENTS)
 @dataclass(frozen=True, slots=True)
 class SegmentsMarkedUsed(Event):
     """Segments marked used again by an operator (Druid's markUsed); they carry their descriptors, since the
-    folds forget what they knew of a segment once it is neither used nor served. Folded as a publish is."""
+    folds forget what they knew of a segment once it is neither used nor served. Folded as a publish is.
 
-    segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True)
+    Written only by the lockbox, for ``segments_mark_used_requested`` of segments it committed, and sealed
+    as a publish is (:mod:`coordinator.locks.seal`); an unsealed mark is dead-lettered and changes nothing."""
+
+    segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True, max_items=MAX_SEGMENTS_PER_REQUEST)
     reason: str = wire("reason", allow_empty=True)
+    seal: str | None = wire("seal", None)
 
 
 @event_type("segment_announced", topic=SEGMENTS)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from events.interval import Interval
-from events.limits import MAX_PARTITIONS_PER_LOCK_REQUEST, MAX_SEGMENTS_PER_REQUEST
+from events.limits import MAX_PARTITIONS_PER_LOCK_REQUEST, MAX_SEGMENT_IDS, MAX_SEGMENTS_PER_REQUEST
 from events.registry import Event, Payload, event_type, upcaster
 from events.schema import Instant, JsonValue, wire
 from events.segment import SegmentDescriptor
@@ -145,3 +145,31 @@ class SegmentsImportRequested(Event):
     request_id: str = wire("requestId")
     segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True, max_items=MAX_SEGMENTS_PER_REQUEST)
     source: str = wire("source", allow_empty=True)
+
+
+@event_type("segments_mark_unused_requested", topic=LOCK_REQUESTS)
+@dataclass(frozen=True, slots=True)
+class SegmentsMarkUnusedRequested(Event):
+    """An operator's ``segcoord segments mark-unused`` (Druid's ``POST .../datasources/{ds}/markUnused``).
+
+    Operators hold no publish key, so they ask the lockbox, which writes the sealed ``segments_marked_unused``
+    on ``segments`` (or ``segments_mark_rejected`` on ``locks``). Every id belongs to ``dataSource``.
+    """
+
+    request_id: str = wire("requestId")
+    data_source: str = wire("dataSource")
+    segment_ids: tuple[str, ...] = wire("segmentIds", non_empty=True, max_items=MAX_SEGMENT_IDS)
+    reason: str = wire("reason", allow_empty=True)
+
+
+@event_type("segments_mark_used_requested", topic=LOCK_REQUESTS)
+@dataclass(frozen=True, slots=True)
+class SegmentsMarkUsedRequested(Event):
+    """An operator's ``segcoord segments mark-used`` (Druid's ``markUsed``): segments the lockbox committed
+    earlier (published or imported) become used again. The lockbox writes the sealed ``segments_marked_used``
+    or refuses a segment it never committed with these contents (``segments_mark_rejected``)."""
+
+    request_id: str = wire("requestId")
+    data_source: str = wire("dataSource")
+    segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True, max_items=MAX_SEGMENTS_PER_REQUEST)
+    reason: str = wire("reason", allow_empty=True)

@@ -13,7 +13,7 @@ The cases, per agent (size and shape, :mod:`events.limits`):
   of 400 segments naming all 400 ids; a chain of 300 overwrite generations in one chunk, each hiding the
   last (each event re-resolves the chunk); a Druid ``numbered_overwrite`` shard spec with a root range
   of 2^31 and a group size of 2^31 (refused: outside Druid's partition id space); 5,000 segments in one
-  publish; mark-unused of 10,000 ids;
+  publish; mark-unused of 10,000 ids; a forged mark-unused; a mark-unused request of 10,000 ids;
 - lockbox (``lock-requests``): a publish request of 5,000 segments; a lock request naming 32,768 partitions;
   500 tasks each waiting on one lock (the waiter queue is re-examined on every release);
 - planner (``cluster``): 100 rules for one data source; a dynamic config with 50,000 keys.
@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from coordinator.locks.lockbox import Lockbox
-from coordinator.locks.seal import seal_publish
+from coordinator.locks.seal import seal_event, seal_publish
 from events import Envelope, Event, Interval, SegmentDescriptor, Topics, encode
 from events.cluster import DynamicConfigSet, RulesSet, ServerJoined
 from events.deadletter import DeadLettered
@@ -41,7 +41,14 @@ from events.limits import MAX_EVENT_BYTES
 from events.locks import SegmentsImported
 from events.schema import Instant
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished
-from events.tasks import LockReleaseRequested, LockRequested, PublishRequested, SegmentsImportRequested, TaskStarted
+from events.tasks import (
+    LockReleaseRequested,
+    LockRequested,
+    PublishRequested,
+    SegmentsImportRequested,
+    SegmentsMarkUnusedRequested,
+    TaskStarted,
+)
 from events.topics import CLUSTER, LOCK_REQUESTS, SEGMENTS
 from streaming.service.intake import InputRecord
 
@@ -107,6 +114,10 @@ class Publisher:
         sealed = seal_publish(env, derived_event_id("hostile", 0, self.n, 0), self.key)
         return sealed.event.segments[0].data_source.encode(), encode(sealed)
 
+    def mark(self, event: SegmentsMarkedUnused, event_id: str) -> Raw:
+        """A mark as the coordinator writes it: sealed."""
+        return b"wiki", encode(seal_event(Envelope(event, event_id, Instant(T0), "wiki"), self.key))
+
 
 def _oversized(template: Raw) -> Raw:
     doc = orjson.loads(template[1] or b"{}")
@@ -155,9 +166,11 @@ def segments_cases(key: bytes) -> list[Case]:
                                 "occurred_at": "2026-01-01T00:00:00Z", "key": "wiki", "causation_id": None,
                                 "payload": {"segmentIds": too_many, "reason": "x"}}))]))
     cases.append(Case("mark-unused of 5000 ids", SEGMENTS, [
-        raw(SegmentsMarkedUnused(segment_ids=tuple(str(s.id) for s in many), reason="x"), "mu2")]))
+        pub.mark(SegmentsMarkedUnused(segment_ids=tuple(str(s.id) for s in many), reason="x"), "mu2")]))
     forged = replace(SegmentsPublished(task_id="t", segments=(seg(7),)))
     cases.append(Case("forged publish", SEGMENTS, [raw(forged, "forged")]))
+    cases.append(Case("forged mark-unused", SEGMENTS, [
+        raw(SegmentsMarkedUnused(segment_ids=(str(seg(0).id),), reason="forged"), "forged-mark")]))
     return cases
 
 
@@ -181,6 +194,10 @@ def lock_request_cases() -> list[Case]:
                 for p in range(5001)]}}
     cases.append(Case("publish request of 5001 segments (over the bound)", LOCK_REQUESTS,
                       [(b"wiki", orjson.dumps(over))]))
+    cases.append(Case("mark-unused request of 10000 ids", LOCK_REQUESTS, [
+        raw(SegmentsMarkUnusedRequested(request_id="mu", data_source="wiki", reason="x",
+                                        segment_ids=tuple(str(seg(i // 100, i % 100).id) for i in range(10_000))),
+            "mu")]))
     cases.append(Case("segment lock of 32768 partitions", LOCK_REQUESTS, [
         task(2), raw(LockRequested(request_id="l2", task_id="t2", group_id="g2", task_type="index", data_source="wiki",
                                    interval=Interval(T0 + DAY, T0 + 2 * DAY), granularity="segment",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 
 from coordinator.locks.lockbox import Lockbox
-from coordinator.locks.seal import publish_refusal
+from coordinator.locks.seal import use_refusal
 from coordinator.locks.state import LockboxState
 from coordinator.placement.state import PlacementState
 from coordinator.timeline.timelines import Timelines
@@ -57,7 +57,7 @@ class ClusterView:
         self.position = record.position
         if self.publish_key is None:
             self.publish_key = credentials.publish_key()
-        if record.topic == SEGMENTS and publish_refusal(env, self.publish_key) is not None:
+        if record.topic == SEGMENTS and use_refusal(env, self.publish_key) is not None:
             return  # not the lockbox's publish: the timeline and planner agents dead-letter it (docs/security.md)
         if record.topic in (SEGMENTS, CLUSTER, COMMANDS):
             try:

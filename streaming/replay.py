@@ -30,6 +30,8 @@ Replay prints it; :func:`audit` runs the same fold and checks, at every step:
 - every ``segments_published`` carries the lockbox's seal (:mod:`coordinator.locks.seal`; the fold skips
   the others, as the timeline and planner agents dead-letter them) and its ``decisionId`` is a
   ``publish_accepted`` or ``segments_imported`` on ``locks`` with the same segments;
+- every ``segments_marked_used``/``segments_marked_unused`` carries the coordinator's seal (the fold
+  skips the others: ``mark not sealed by the coordinator``);
 - no server holds more than its ``maxSizeBytes`` (what it announced, by the fold);
 - every LoadSegment/DropSegment left the fold's queue by the end of the log or is
   younger than the command timeout then (broker time of the command's record).
@@ -53,7 +55,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from coordinator.locks.seal import publish_refusal
+from coordinator.locks.seal import use_refusal
 from coordinator.placement.state import PlacementState
 from coordinator.timeline.timelines import Timelines
 from events.commands import DropSegment, LoadSegment
@@ -220,7 +222,7 @@ class LogFold:
     seen: set[str] = field(default_factory=set)
     last: LogRecord | None = None
     publish_key: bytes | None = None  # None: the deployment's (streaming.credentials.publish_key)
-    refused: list[tuple[LogRecord, str]] = field(default_factory=list)  # publishes the lockbox did not seal
+    refused: list[tuple[LogRecord, str]] = field(default_factory=list)  # publishes and marks not sealed
 
     def __post_init__(self) -> None:
         if self.publish_key is None:
@@ -239,7 +241,7 @@ class LogFold:
         event = env.event
         if first and record.topic == SEGMENTS:
             assert self.publish_key is not None
-            reason = publish_refusal(env, self.publish_key)
+            reason = use_refusal(env, self.publish_key)
             if reason is not None:  # dead-lettered by the timeline and planner agents: changes nothing
                 self.refused.append((record, reason))
                 return []
@@ -425,7 +427,9 @@ def audit_records(records: Iterable[LogRecord], topics: Topics, command_timeout_
                     violations.append(Violation("publish without a live lock", record.position,
                                                 f"task {event.task_id} published {seg.id}"))
         for refused, reason in fold.refused[refused_before:]:
-            violations.append(Violation("publish not accepted by the lockbox", refused.position, reason))
+            kind = ("publish not accepted by the lockbox" if isinstance(refused.envelope.event, SegmentsPublished)
+                    else "mark not sealed by the coordinator")
+            violations.append(Violation(kind, refused.position, reason))
         if isinstance(event, SegmentsPublished) and len(fold.refused) == refused_before:
             sealed.append(record)
         for index, change in enumerate(changes):

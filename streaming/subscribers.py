@@ -8,9 +8,11 @@
   segments are queryable, the part of the interval each one serves and the
   servers serving it. It folds the ``segments`` log (publishes, announces,
   unannounces, unused marks) with the same pure :class:`~coordinator.timeline.timelines.Timelines`
-  the timeline agent runs, so at the same log position its states are the
-  agent's states. (The feed carries each segment's state, not which instants
-  each version serves: that depends on chunk completeness, which the fold knows.)
+  the timeline agent runs, after the same seal check (publishes and marks the
+  coordinator did not seal are skipped; it needs the deployment's publish key),
+  so at the same log position its states are the agent's states. (The feed
+  carries each segment's state, not which instants each version serves: that
+  depends on chunk completeness, which the fold knows.)
 
 **Invariants.** Neither client writes anything (no offsets committed, no dead
 letters: undecodable records are counted and skipped; the agents dead-letter
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from coordinator.locks.seal import use_refusal
 from coordinator.timeline.timelines import Timelines
 from events.envelope import Envelope, decode
 from events.interval import Interval
@@ -141,11 +144,16 @@ class Queryable:
 class QueryableView:
     """The queryable segments of any data source and interval, kept current by :meth:`refresh`."""
 
-    def __init__(self, bootstrap: str, topics: Topics) -> None:
+    def __init__(self, bootstrap: str, topics: Topics, publish_key: bytes | None = None) -> None:
+        """``publish_key``: the deployment's (None: :func:`streaming.credentials.publish_key`). Publishes and
+        marks whose seal does not verify are skipped, as every fold skips them (docs/security.md); a
+        subscriber that must not hold the key reads the coordinator's ``timeline`` feed instead."""
         self._reader = _Reader(bootstrap, topics.name(SEGMENTS))
         self._fold = Timelines()
         self._seen: set[str] = set()
+        self._key = publish_key if publish_key is not None else credentials.publish_key()
         self.applied = 0
+        self.refused = 0
 
     def refresh(self, timeout: float = 0.2) -> int:
         """Apply what the log has gained; returns the number of events applied."""
@@ -154,6 +162,9 @@ class QueryableView:
             if envelope.event_id in self._seen:
                 continue
             self._seen.add(envelope.event_id)
+            if use_refusal(envelope, self._key) is not None:
+                self.refused += 1  # not sealed by the coordinator: the timeline agent dead-letters it
+                continue
             try:
                 self._fold.apply(envelope.event)
             except EventValidationError:

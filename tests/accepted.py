@@ -1,4 +1,4 @@
-"""Publishes as the lockbox writes them, for tests that feed the timeline or planner without a running lockbox.
+"""Publishes and marks as the coordinator writes them, for tests that feed its agents without a running lockbox.
 
 :func:`through_lockbox` takes the ``segments_published`` a test wants on ``segments`` and puts its
 segments through the lockbox's import path (:mod:`coordinator.locks.imports`): the decision it gets
@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from coordinator.locks.lockbox import Lockbox
-from coordinator.locks.seal import seal_publish
+from coordinator.locks.seal import seal_event, seal_publish
 from events.envelope import Envelope
 from events.ids import derived_event_id
 from events.locks import SegmentsImported
 from events.registry import Event
 from events.segment import SegmentDescriptor
-from events.segments import SegmentsPublished
+from events.segments import SegmentsMarkedUnused, SegmentsMarkedUsed, SegmentsPublished
 from events.tasks import SegmentsImportRequested
 from streaming import credentials
 
@@ -30,8 +30,11 @@ def import_request(segments: tuple[SegmentDescriptor, ...] | list[SegmentDescrip
 
 
 def through_lockbox(env: Envelope[Event], box: Lockbox | None = None) -> Envelope[Event]:
-    """``env`` sealed as the lockbox's twin of its import decision; any other event is returned as it is."""
+    """``env`` sealed as the lockbox's twin of its import decision, a mark sealed as the coordinator writes it;
+    any other event is returned as it is."""
     event = env.event
+    if isinstance(event, SegmentsMarkedUnused | SegmentsMarkedUsed):
+        return seal_event(env, credentials.publish_key())  # type: ignore[arg-type]
     if not isinstance(event, SegmentsPublished):
         return env
     box = box if box is not None else Lockbox()

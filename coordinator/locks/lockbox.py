@@ -43,6 +43,7 @@ from collections.abc import Iterable
 from coordinator.locks.allocation import allocate
 from coordinator.locks.conflicts import Blocked, Emit, scopes_conflict, types_compatible
 from coordinator.locks.imports import import_segments
+from coordinator.locks.marks import mark_unused, mark_used
 from coordinator.locks.priority import default_priority
 from coordinator.locks.publish import publish
 from coordinator.locks.state import LockboxState, SourceState, TaskInfo, Waiter
@@ -65,6 +66,8 @@ from events.tasks import (
     PublishRequested,
     SegmentAllocationRequested,
     SegmentsImportRequested,
+    SegmentsMarkUnusedRequested,
+    SegmentsMarkUsedRequested,
     TaskFinished,
     TaskStarted,
 )
@@ -127,6 +130,10 @@ class Lockbox(LockboxState):
             self._release_requested(event, emit)
         elif isinstance(event, SegmentsImportRequested):
             import_segments(self, event, emit)
+        elif isinstance(event, SegmentsMarkUnusedRequested):
+            mark_unused(self, event, emit)
+        elif isinstance(event, SegmentsMarkUsedRequested):
+            mark_used(self, event, emit)
         return out
 
     # -- task lifecycle -----------------------------------------------------------------

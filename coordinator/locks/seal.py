@@ -1,35 +1,44 @@
-"""Only the lockbox changes what is used: the seal on ``segments_published`` and its check.
+"""Only the coordinator changes what is used: the seal on publishes and marks, and its one check.
 
 Kafka ACLs are per topic, not per event type: the historical role must write announces to
 ``segments``, so an ACL cannot stop it (or anyone on an open broker) from writing a
-``segments_published`` there too. The lockbox agent therefore *seals* every publish it
-writes, and the timeline and planner take a publish only when the seal verifies:
+``segments_published``, ``segments_marked_unused`` or ``segments_marked_used`` there too. The
+coordinator therefore *seals* every event that changes what is used, and every fold takes one
+only when the seal verifies:
 
 - the lockbox agent writes ``segments_published`` only as the twin of its own decision on
   ``locks`` (``publish_accepted``, or ``segments_imported`` for ``segcoord segments import``);
   ``decisionId`` names that decision's event id and ``causation_id`` the request it answers;
+- marks are written by the coordinator alone: the lockbox for an operator's
+  ``segcoord segments mark-used|mark-unused`` (a request on ``lock-requests``; operators hold no
+  key), the upsert agent's stale cleanup and the planner's overshadowed marking;
 - ``seal`` = HMAC-SHA256, under the coordinator's publish key, of the whole envelope except
-  the seal itself (event id, key, causation, time, payload with ``decisionId``), so a copy
-  with any field changed, or a publish made up by anyone without the key, does not verify;
-- :func:`publish_refusal` is the one check, used by the timeline agent, the planner agent,
-  replay and audit. It is a pure function of the envelope and the key, so the same log and
-  the same key give the same decisions on every run and every worker (no race with the
-  lockbox's own progress, no read of another topic).
+  the seal itself (event id, key, causation, time, payload), so a copy with any field changed,
+  or an event made up by anyone without the key, does not verify;
+- :func:`use_refusal` is the one check, used by the timeline, planner and upsert agents, the
+  Spark balancer, the read model, replay and audit. It is a pure function of the envelope and
+  the key, so the same log and the same key give the same decisions on every run and every
+  worker (no race with the lockbox's own progress, no read of another topic).
 
-Audit checks the other half against the log: every sealed publish's ``decisionId`` is a
-``publish_accepted``/``segments_imported`` on ``locks`` with the same segments.
+Audit checks the other half of a publish against the log: every sealed publish's ``decisionId``
+is a ``publish_accepted``/``segments_imported`` on ``locks`` with the same segments.
 
 >>> from events.interval import Interval
 >>> from events.segment import SegmentDescriptor
 >>> seg = SegmentDescriptor("wiki", Interval.parse("2026-01-01/P1D"), "v1", 0, 10)
 >>> env = Envelope(SegmentsPublished(task_id="t", segments=(seg,)), "e1", 0, "wiki", "r1")
->>> publish_refusal(env, b"k")
+>>> use_refusal(env, b"k")
 'segments_published e1 carries no lockbox decision (decisionId): only the lockbox publishes'
 >>> sealed = seal_publish(env, "d1", b"k")
->>> publish_refusal(sealed, b"k") is None
+>>> use_refusal(sealed, b"k") is None
 True
->>> publish_refusal(sealed, b"another key")
+>>> use_refusal(sealed, b"another key")
 'segments_published e1: the seal does not verify (not written by the lockbox)'
+>>> mark = Envelope(SegmentsMarkedUnused(segment_ids=(str(seg.id),), reason="r"), "m1", 0, "wiki")
+>>> use_refusal(mark, b"k")
+'segments_marked_unused m1 is not sealed: only the coordinator marks segments'
+>>> use_refusal(seal_event(mark, b"k"), b"k") is None
+True
 """
 
 from __future__ import annotations
@@ -37,17 +46,22 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import replace
+from typing import TypeVar
 
 import orjson
 
 from events.envelope import Envelope
 from events.registry import Event
-from events.segments import SegmentsPublished
+from events.segments import SegmentsMarkedUnused, SegmentsMarkedUsed, SegmentsPublished
 
-__all__ = ["publish_refusal", "seal_of", "seal_publish"]
+__all__ = ["Sealed", "publish_refusal", "seal_event", "seal_of", "seal_publish", "use_refusal"]
+
+#: The events that change what is used: each carries the coordinator's seal.
+Sealed = SegmentsPublished | SegmentsMarkedUsed | SegmentsMarkedUnused
+E = TypeVar("E", SegmentsPublished, SegmentsMarkedUsed, SegmentsMarkedUnused)
 
 
-def _message(env: Envelope[SegmentsPublished]) -> bytes:
+def _message(env: Envelope[Sealed]) -> bytes:
     """The sealed bytes: the envelope's JSON without the payload's ``seal``, keys sorted.
 
     The same bytes as encoding ``replace(env.event, seal=None)`` (a ``None`` seal is not written), without
@@ -57,7 +71,7 @@ def _message(env: Envelope[SegmentsPublished]) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
 
 
-def seal_of(env: Envelope[SegmentsPublished], key: bytes) -> str:
+def seal_of(env: Envelope[Sealed], key: bytes) -> str:
     """The seal the envelope must carry under ``key`` (hex HMAC-SHA256 of the envelope without its seal)."""
     return hmac.digest(key, _message(env), hashlib.sha256).hex()
 
@@ -70,14 +84,34 @@ def seal_publish(env: Envelope[SegmentsPublished], decision_id: str, key: bytes)
                     env.causation_id)
 
 
-def publish_refusal(env: Envelope[Event], key: bytes) -> str | None:
-    """Why the timeline and planner must not take this event as a publish, or None (not a publish, or sealed)."""
+def seal_event(env: Envelope[E], key: bytes) -> Envelope[E]:
+    """A mark (or any sealed type) as the coordinator writes it: sealed under ``key``, all else unchanged."""
+    unsealed = Envelope(replace(env.event, seal=None), env.event_id, env.occurred_at, env.key,
+                        env.causation_id)
+    return Envelope(replace(env.event, seal=seal_of(unsealed, key)),
+                    env.event_id, env.occurred_at, env.key, env.causation_id)
+
+
+def use_refusal(env: Envelope[Event], key: bytes) -> str | None:
+    """Why no fold may take this event as a change of what is used, or None (another event type, or sealed).
+
+    A publish needs its lockbox decision (``decisionId``) and a seal that verifies; a mark
+    (``segments_marked_used``/``segments_marked_unused``) a seal that verifies."""
     event = env.event
-    if not isinstance(event, SegmentsPublished):
+    if isinstance(event, SegmentsPublished):
+        if event.decision_id is None or event.seal is None:
+            return (f"segments_published {env.event_id} carries no lockbox decision (decisionId): "
+                    "only the lockbox publishes")
+        if not hmac.compare_digest(event.seal, seal_of(env, key)):  # type: ignore[arg-type]
+            return f"segments_published {env.event_id}: the seal does not verify (not written by the lockbox)"
         return None
-    if event.decision_id is None or event.seal is None:
-        return (f"segments_published {env.event_id} carries no lockbox decision (decisionId): "
-                "only the lockbox publishes")
-    if not hmac.compare_digest(event.seal, seal_of(env, key)):  # type: ignore[arg-type]
-        return f"segments_published {env.event_id}: the seal does not verify (not written by the lockbox)"
+    if isinstance(event, SegmentsMarkedUnused | SegmentsMarkedUsed):
+        if event.seal is None:
+            return f"{event.event_type} {env.event_id} is not sealed: only the coordinator marks segments"
+        if not hmac.compare_digest(event.seal, seal_of(env, key)):  # type: ignore[arg-type]
+            return f"{event.event_type} {env.event_id}: the seal does not verify (not written by the coordinator)"
     return None
+
+
+#: The former name of :func:`use_refusal` (it covered publishes only).
+publish_refusal = use_refusal

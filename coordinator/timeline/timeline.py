@@ -2,9 +2,14 @@
 
 Inputs are the **used** segments (published, not marked unused; their
 descriptors are known while offline) and the **online** segments (announced by
-at least one server; replicas counted). Every segment known from either set has
-a state: ``visible``, ``standby`` or ``overshadowed`` when online, ``offline``
-when used but announced by no server; anything else is ``absent``.
+at least one server; replicas counted). Every used segment has a state:
+``visible``, ``standby`` or ``overshadowed`` when online, ``offline`` when
+announced by no server; anything else is ``absent``. Only used segments take
+part: a segment that is online but not used (announced before its publish is
+read, never published at all, or marked unused while a server still holds it)
+is ``absent``, completes no chunk and hides nothing, so an announce alone never
+makes data visible (docs/security.md). Its servers are kept, so a later
+publish (or mark-used) of it is online at once.
 
 Within a chunk (interval, version) :func:`~coordinator.timeline.chunk.resolve_chunk`
 decides. Across versions:
@@ -261,7 +266,8 @@ class Timeline:
             if names:
                 tl._servers[sid] = names
                 tl._segments.setdefault(sid, seg)
-        for sid, seg in tl._segments.items():
+        for sid in tl._used:
+            seg = tl._segments[sid]
             chunk = tl._chunk_for(seg)
             chunk.set_member(sid, seg)
             if sid in tl._servers:
@@ -310,21 +316,27 @@ class Timeline:
             self._segments[sid] = seg
             chunk = self._chunk_for(seg)
             chunk.set_member(sid, seg)
+            if sid in self._servers:  # announced before its publish was read: online at once
+                chunk.online.add(sid.partition_id)
             touched.add(chunk.key)
         return self._settle(touched)
 
     def mark_unused(self, segment_ids: Iterable[SegmentId]) -> list[StateChange]:
-        """Remove segments from the used set (online ones stay known while served)."""
+        """Remove segments from the used set: they leave the timeline (``absent``) even while a server still
+        holds them; their servers stay known until they unannounce."""
         touched: set[ChunkKey] = set()
         for sid in segment_ids:
             if sid in self._used:
                 self._used.discard(sid)
                 touched.add(_key(sid))
-                self._forget_if_unknown(sid)
+                self._forgotten.append(sid)
+                self._chunks[_key(sid)].drop_member(sid.partition_id)
+                if sid not in self._servers:
+                    self._segments.pop(sid, None)
         return self._settle(touched)
 
     def announce(self, segment: SegmentDescriptor, server: str) -> list[StateChange]:
-        """A server serves the segment (idempotent per server)."""
+        """A server serves the segment (idempotent per server); only a used segment's state can change."""
         self._check(segment)
         sid = segment.id
         servers = self._servers.get(sid, ())
@@ -334,9 +346,9 @@ class Timeline:
         if servers:
             return []
         self._segments.setdefault(sid, segment)
-        chunk = self._chunk_for(self._segments[sid])
-        if sid.partition_id not in chunk.members:
-            chunk.set_member(sid, self._segments[sid])
+        if sid not in self._used:
+            return []  # not used: held by the server, served by no one
+        chunk = self._chunks[_key(sid)]
         chunk.online.add(sid.partition_id)
         return self._settle({chunk.key})
 
@@ -350,17 +362,12 @@ class Timeline:
             self._servers[segment_id] = remaining
             return []
         del self._servers[segment_id]
+        if segment_id not in self._used:
+            self._segments.pop(segment_id, None)  # neither used nor online: forgotten
+            return []
         key = _key(segment_id)
         self._chunks[key].online.discard(segment_id.partition_id)
-        self._forget_if_unknown(segment_id)
         return self._settle({key})
-
-    def _forget_if_unknown(self, sid: SegmentId) -> None:
-        if sid in self._used or sid in self._servers:
-            return
-        self._segments.pop(sid, None)
-        self._forgotten.append(sid)
-        self._chunks[_key(sid)].drop_member(sid.partition_id)
 
     def _settle(self, touched: set[ChunkKey]) -> list[StateChange]:
         """Re-resolve touched chunks, re-cover where completeness changed, diff the states."""
@@ -428,8 +435,8 @@ class Timeline:
                 if new != old:
                     state[sid] = known[p] = new
                     changes.append(_state_change(sid, old, new))
-        for sid in self._forgotten:
-            if sid in state and sid not in self._segments:
+        for sid in self._forgotten:  # left the used set: no longer in any chunk
+            if sid in state and sid not in self._used:
                 changes.append(StateChange(sid, state.pop(sid), "absent"))
         self._forgotten.clear()
         changes.sort(key=_change_order)  # the ids' order, compared as plain tuples (in C)

@@ -42,10 +42,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.locks.seal import use_refusal
 from coordinator.planner.planner import balance_state
 from events.envelope import Envelope
 from events.registry import Event
 from events.schema import EventValidationError
+from streaming import credentials
 from streaming.balancer.commands import move_envelopes
 from streaming.balancer.placement import BalancerPlacement
 
@@ -59,15 +61,23 @@ class BatchResult:
 
 def run_batch(placement: BalancerPlacement, envelopes: Iterable[Envelope[Event]], batch_id: int,
               tiers: Sequence[str], answered: Callable[[str], bool] | None = None, *, cache_hit: bool = True,
-              compute_cost: bool = False) -> BatchResult:
+              compute_cost: bool = False, publish_key: bytes | None = None) -> BatchResult:
     """Fold ``envelopes`` (in the order given) into ``placement`` and, if any can change the balance, balance each
-    of ``tiers`` once. ``answered(command_id)``: whether the store holds the id as settled (earlier batches)."""
+    of ``tiers`` once. ``answered(command_id)``: whether the store holds the id as settled (earlier batches).
+
+    A publish or mark whose seal does not verify under ``publish_key`` (None: the deployment's,
+    :func:`streaming.credentials.publish_key`) is skipped (``refused`` in the summary): the one check of
+    :mod:`coordinator.locks.seal`, as every other fold runs it; the worker's timeline agent dead-letters it."""
     started = time.perf_counter()
+    key = publish_key if publish_key is not None else credentials.publish_key()
     state = placement.state
     if answered is not None:
         state.settled_before = answered
-    triggered, folded, skipped = False, 0, 0
+    triggered, folded, skipped, refused = False, 0, 0, 0
     for env in envelopes:
+        if use_refusal(env, key) is not None:
+            refused += 1
+            continue
         try:
             triggered = state.evolve(env).trigger or triggered
         except (EventValidationError, ValueError):
@@ -80,6 +90,7 @@ def run_batch(placement: BalancerPlacement, envelopes: Iterable[Envelope[Event]]
         state.expire(now)
     for tier in sorted(set(tiers)):
         summary: dict[str, Any] = {"tier": tier, "batch": batch_id, "records": folded, "skipped": skipped,
+                                   "refused": refused,
                                    "moves": 0, "triggered": triggered, "cacheHit": cache_hit}
         result.summaries[tier] = summary
         servers = [n for n in state.tiers.get(tier, []) if n not in state.decommissioning]

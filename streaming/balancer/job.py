@@ -77,8 +77,9 @@ def start(spark: Any, bootstrap: str, topics: Topics, checkpoint: Path, *, tiers
         "topic", "partition", "offset", F.col("value").cast("string").alias("value"),
     )
     scope = str(Path(checkpoint).resolve())
-    processor = BalancerProcessor(scope, tiers, compute_cost=compute_cost) if load_timeout_ms is None else \
-        BalancerProcessor(scope, tiers, load_timeout_ms, compute_cost)
+    key = credentials.publish_key()  # the seal check (docs/security.md): only sealed publishes and marks count
+    processor = BalancerProcessor(scope, tiers, compute_cost=compute_cost, publish_key=key) \
+        if load_timeout_ms is None else BalancerProcessor(scope, tiers, load_timeout_ms, compute_cost, key)
     out = rows.groupBy("group").transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="None")
     sink = CommandSink(bootstrap, topics, metrics_path)

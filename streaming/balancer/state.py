@@ -83,9 +83,11 @@ def topic_rank(topic: str) -> int:
 
 class BalancerProcessor(StatefulProcessor):
     def __init__(self, scope: str, tiers: Sequence[str], load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS,
-                 compute_cost: bool = False) -> None:
+                 compute_cost: bool = False, publish_key: bytes | None = None) -> None:
         """``scope`` names the state (the checkpoint): two queries in one Spark never share live placements.
-        ``tiers``: the tiers to balance."""
+        ``tiers``: the tiers to balance. ``publish_key``: the deployment's (read by the driver and shipped
+        with the processor, so the Python workers need no access to the key file); None: read where it runs."""
+        self.publish_key = publish_key
         self.scope = scope
         self.tiers = tuple(sorted(set(tiers)))
         self.load_timeout_ms = load_timeout_ms
@@ -118,7 +120,7 @@ class BalancerProcessor(StatefulProcessor):
         envelopes = decode_rows(value for _t, _p, _o, value in records)
         placement, hit = self._load()
         result = run_batch(placement, envelopes, batch_id, self.tiers, self._answered, cache_hit=hit,
-                           compute_cost=self.compute_cost)
+                           compute_cost=self.compute_cost, publish_key=self.publish_key)
         for family, k, value in placement.changed():
             if family == META:
                 self.meta.update((value,))

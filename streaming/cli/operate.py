@@ -316,8 +316,10 @@ def _interval(text: str, name: str = "--interval") -> Any:
 
 
 def _mark(args: argparse.Namespace, action: str, ids: list[str]) -> int:
+    """A mark request on ``lock-requests``: the lockbox writes the sealed mark (operators hold no publish key;
+    an unsealed mark written straight to ``segments`` is dead-lettered, docs/security.md)."""
     from events.segment import SegmentId, SegmentIdError
-    from events.segments import SegmentsMarkedUnused, SegmentsMarkedUsed
+    from events.tasks import SegmentsMarkUnusedRequested, SegmentsMarkUsedRequested
 
     if not ids:
         raise CliError(f"segments {action}: give at least one segment id")
@@ -339,12 +341,16 @@ def _mark(args: argparse.Namespace, action: str, ids: list[str]) -> int:
     sources = {SegmentId.parse(t).data_source for t in ids}
     if len(sources) > 1:
         raise CliError(f"segments {action}: one data source at a time, got {', '.join(sorted(sources))}")
+    ds = sources.pop()
     reason = args.reason or f"{'marked unused' if action == 'mark-unused' else 'marked used'} by the operator"
+    request_id = f"mark-{uuid.uuid4().hex}"
     if action == "mark-unused":
-        return _submit(args, SegmentsMarkedUnused(segment_ids=tuple(ids), reason=reason),
-                       f"mark-unused {len(ids)} segment(s)")
-    return _submit(args, SegmentsMarkedUsed(segments=tuple(view.descriptors[t] for t in ids), reason=reason),
-                   f"mark-used {len(ids)} segment(s)")
+        return _submit(args, SegmentsMarkUnusedRequested(request_id=request_id, data_source=ds,
+                                                         segment_ids=tuple(ids), reason=reason),
+                       f"mark-unused {len(ids)} segment(s) (request {request_id}, through the lockbox)")
+    return _submit(args, SegmentsMarkUsedRequested(request_id=request_id, data_source=ds,
+                                                   segments=tuple(view.descriptors[t] for t in ids), reason=reason),
+                   f"mark-used {len(ids)} segment(s) (request {request_id}, through the lockbox)")
 
 
 # -- tasks, locks, lookup ------------------------------------------------------------------
@@ -448,7 +454,9 @@ def register(sub: Any) -> None:
     dss.set_defaults(func=cmd_datasources)
 
     segs = sub.add_parser("segments", help="`segments DATASOURCE`: segments with their timeline state; "
-                                           "`segments mark-unused|mark-used ID...`; `segments import FILE.json`: "
+                                           "`segments mark-unused|mark-used ID...`: asks the lockbox, which writes "
+                                           "the sealed mark (no publish key needed; operator role); "
+                                           "`segments import FILE.json`: "
                                            "Druid segment metadata, imported through the lockbox")
     segs.add_argument("words", nargs="+",
                       metavar="DATASOURCE | mark-unused ID... | mark-used ID... | import FILE.json")

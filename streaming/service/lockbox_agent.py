@@ -23,6 +23,9 @@ Per batch, in this order (its exactly-once effect, docs/architecture.md):
    and a re-emission is byte-identical; it names the decision's event id
    (``decisionId``) and is sealed with the publish key
    (:mod:`coordinator.locks.seal`): the timeline and planner take no other;
+   an operator's mark (``segments_marked_unused``/``segments_marked_used``, the
+   lockbox's decision on a mark request, :mod:`coordinator.locks.marks`) goes to
+   ``segments`` instead of ``locks``, keyed by its dataSource and sealed too;
 3. the sink is flushed (every output and dead letter acknowledged);
 4. ONE RocksDB write batch commits the state (the tail's new requests, or a
    new snapshot replacing the tail), the applied order, the next offsets and
@@ -82,13 +85,14 @@ from dataclasses import dataclass
 import orjson
 
 from coordinator.locks.lockbox import Lockbox
-from coordinator.locks.seal import seal_publish
+from coordinator.locks.seal import seal_event, seal_publish
 from coordinator.locks.snapshot import lockbox_from_json, snapshot_to_json
 from events.envelope import Envelope, decode
 from events.ids import derived_event_id
+from events.keys import partition_key
 from events.locks import PublishAccepted, SegmentsImported
 from events.registry import Event
-from events.segments import SegmentsPublished
+from events.segments import SegmentsMarkedUnused, SegmentsMarkedUsed, SegmentsPublished
 from events.topics import LOCK_REQUESTS, Topics
 from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
@@ -217,7 +221,11 @@ class LockboxAgent:
     def _emit(self, rec: InputRecord, env: Envelope[Event], decisions: list[Event]) -> None:
         decision_ids = [derived_event_id(rec.topic, rec.partition, rec.offset, i) for i in range(len(decisions))]
         for decision, out_id in zip(decisions, decision_ids, strict=True):
-            self.sink.send(Envelope(decision, out_id, env.occurred_at, env.key, env.event_id))
+            out_env: Envelope[Event] = Envelope(decision, out_id, env.occurred_at, env.key, env.event_id)
+            if isinstance(decision, SegmentsMarkedUnused | SegmentsMarkedUsed):  # an operator's mark: sealed
+                out_env = seal_event(Envelope(decision, out_id, env.occurred_at, partition_key(decision),
+                                              env.event_id), self.publish_key)
+            self.sink.send(out_env)
         j = 0
         for decision, decision_id in zip(decisions, decision_ids, strict=True):
             out = publish_of(decision)

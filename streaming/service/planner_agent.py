@@ -123,7 +123,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from coordinator.locks.seal import publish_refusal
+from coordinator.locks.seal import seal_event, use_refusal
 from coordinator.placement import codec
 from coordinator.placement.liveness import DEFAULT_SERVER_TIMEOUT_MS, server_lost, silent_servers, unannounce_departed
 from coordinator.placement.projected import command_id
@@ -237,7 +237,7 @@ class PlannerAgent:
                 continue
             if logical != COMMANDS and seen_in(env, batch, prior, c):
                 continue
-            refused = publish_refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
+            refused = use_refusal(env, self.publish_key)  # only sealed publishes and marks (docs/security.md)
             if refused is not None:
                 self._bad(rec, refused)
                 continue
@@ -451,8 +451,8 @@ class PlannerAgent:
         for ds, marks in sorted(by_source.items()):
             texts = tuple(str(s) for s, _ in sorted(marks))
             reason = "; ".join(sorted({r for _, r in marks}))
-            self.sink.send(Envelope(SegmentsMarkedUnused(segment_ids=texts, reason=reason), next_id(),
-                                    Instant(now), ds, cause))
+            self.sink.send(seal_event(Envelope(SegmentsMarkedUnused(segment_ids=texts, reason=reason), next_id(),
+                                               Instant(now), ds, cause), self.publish_key))
         self.counters.emitted += index + sent
         return index + sent
 

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 import orjson
 
-from coordinator.locks.seal import publish_refusal
+from coordinator.locks.seal import use_refusal
 from coordinator.timeline.timelines import Timelines
 from events.envelope import Envelope
 from events.ids import derived_event_id
@@ -58,7 +58,7 @@ from streaming.service.timeline_facts import (
     unrecorded_ids,
 )
 
-FORMAT_VERSION = "timeline-agent/1"
+FORMAT_VERSION = "timeline-agent/2"  # 2: only used segments take part (an announce alone is never served)
 STORE_NAME = "timeline"
 
 
@@ -92,7 +92,7 @@ class TimelineAgent:
             env = admit(rec, SEGMENTS, self._next, batch, c, self._dead_letter)
             if env is None or seen_in(env, batch, prior, c):
                 continue
-            refused = publish_refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
+            refused = use_refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
             if refused is not None:
                 self._dead_letter(rec, refused)
                 continue

@@ -53,6 +53,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from coordinator.locks.seal import seal_event, use_refusal
 from coordinator.upserts import Strategy, UpsertState, cleanup_due, consolidation_due
 from coordinator.upserts.state import Entry, Held
 from coordinator.upserts.table import canonical_key
@@ -63,8 +64,10 @@ from events.interval import Interval
 from events.keys import partition_key
 from events.registry import Event
 from events.schema import Instant, decode_record, encode_record
+from events.segments import SegmentsMarkedUnused
 from events.topics import CLUSTER, SEGMENTS, TIMELINE, UPSERT_STRATEGY, Topics
 from events.upserts import UpsertTableSet
+from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, admit, dead_letter_of, prior_ids, seen_in
 from streaming.service.state import AgentStateStore, StoreBatch
 
@@ -120,8 +123,10 @@ def load_state(store: AgentStateStore) -> tuple[UpsertState, dict[str, Any]]:
 class UpsertAgent:
     """The upsert fold, its store and its sink; one instance per process, single-threaded."""
 
-    def __init__(self, store: AgentStateStore, topics: Topics, sink: StrategySink) -> None:
+    def __init__(self, store: AgentStateStore, topics: Topics, sink: StrategySink,
+                 publish_key: bytes | None = None) -> None:
         self.store = store
+        self.publish_key = publish_key if publish_key is not None else credentials.publish_key()
         self.topics = topics
         self.sink = sink
         self.input_topics = (topics.name(CLUSTER), topics.name(SEGMENTS), topics.name(TIMELINE))
@@ -156,6 +161,10 @@ class UpsertAgent:
             logical = self._logical(rec.topic)
             env = admit(rec, logical, self._next, batch, c, self._bad)
             if env is None or seen_in(env, batch, prior, c):
+                continue
+            refused = use_refusal(env, self.publish_key)  # only sealed publishes and marks (docs/security.md)
+            if refused is not None:
+                self._bad(rec, refused)
                 continue
             try:
                 changed |= self.state.apply(env.event, env.occurred_at)
@@ -216,7 +225,10 @@ class UpsertAgent:
         changed: set[str] = set()
         for i, event in enumerate(decided):
             key = partition_key(event) or "upserts"
-            env = Envelope(event, derived_event_id(topic, partition, offset, i), Instant(now), key, cause)
+            env: Envelope[Event] = Envelope(event, derived_event_id(topic, partition, offset, i), Instant(now), key,
+                                            cause)
+            if isinstance(event, SegmentsMarkedUnused):  # the stale cleanup: sealed as every mark (docs/security.md)
+                env = seal_event(Envelope(event, env.event_id, env.occurred_at, key, cause), self.publish_key)
             self.sink.send(env)
             batch.mark_applied(env.event_id)
             changed |= self.state.apply(event, now)

@@ -168,7 +168,7 @@ def test_every_operator_command(kafka_bootstrap: str, topics: Topics, tmp_path: 
         assert [r["segment"] for r in cli.json("segments", "wiki")] == sorted(str(s.id) for s in segments[:2])
         # and used again: the planner loads it back, the timeline shows it visible
         rc, out, err = cli("segments", "mark-used", str(segments[2].id))
-        assert rc == 0 and "mark-used 1 segment(s): applied" in out, err
+        assert rc == 0 and "mark-used 1 segment(s)" in out and "through the lockbox): applied" in out, err
         wait_for("the segment used and loaded again", lambda: all(
             s["currSize"] == 3000 for s in cli.json("servers")), service, 60)
         assert str(segments[2].id) in [r["segment"] for r in cli.json("segments", "wiki", "--state", "visible")]

@@ -4,7 +4,8 @@ and a bad password is refused (docs/security.md).
 Every client takes its credentials from ``SEGCOORD_KAFKA_CONFIG`` (the role's properties file that
 ``segcoord kafka start --secure`` wrote), as users run them: the coordinator is ``segcoord run`` in a
 subprocess, the task is a :class:`~streaming.task_client.TaskClient`, the historicals are the simulated
-ones, the operator uses ``segcoord segments import`` and a rules write, the subscriber reads ``timeline``.
+ones, the operator uses ``segcoord segments import``, ``segments mark-unused`` and a rules write, the
+subscriber reads ``timeline``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from events import Interval, SegmentDescriptor, Topics, decode
 from events.cluster import RulesSet
-from events.commands import LoadSegment
+from events.commands import DropSegment, LoadSegment
 from events.locks import LockGranted, PublishAccepted
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
 from events.visibility import SegmentVisibilityChanged
@@ -124,12 +125,29 @@ def test_each_role_does_its_job_and_nothing_else(secure_broker: LocalBroker, tmp
                 return seen if {str(old.id), str(new.id)} <= seen else set()
 
             wait_for("the imported and the published segment visible", visible, service, 120)
+
+            # operator: mark the imported segment unused (through the lockbox: the operator holds no publish key)
+            monkeypatch.setenv(CONFIG_ENV, props(secure_broker, "operator"))
+            assert main(["segments", "mark-unused", str(old.id), "--bootstrap", bootstrap, "--topic-prefix",
+                         topics.prefix, "--wait", "60"]) == 0
+            monkeypatch.setenv(CONFIG_ENV, props(secure_broker, "subscriber"))
+
+            def unused() -> bool:
+                last = [e.event.to_state for e in (decode(v) for v in values(bootstrap, subscriber,
+                                                                              topics.name(TIMELINE)))
+                        if isinstance(e.event, SegmentVisibilityChanged) and e.event.segment_id == str(old.id)]
+                return bool(last) and last[-1] != "visible"
+
+            wait_for("the segment the operator marked unused no longer visible", unused, service, 120)
     finally:
         code = service.stop()
     assert code == 0, service.log.read_text()[-3000:]
     loads = {str(e.event.segment.id) for e in (decode(v) for v in values(bootstrap, admin, topics.name(COMMANDS)))
              if isinstance(e.event, LoadSegment)}
     assert loads == {str(old.id), str(new.id)}
+    drops = {e.event.segment_id for e in (decode(v) for v in values(bootstrap, admin, topics.name(COMMANDS)))
+             if isinstance(e.event, DropSegment)}
+    assert drops == {str(old.id)}  # the operator's mark took effect on the historical
 
     # each role refused where it does not belong; the topics are unchanged
     refused = [("task", SEGMENTS), ("task", COMMANDS), ("historical", LOCKS), ("historical", COMMANDS),

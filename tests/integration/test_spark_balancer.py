@@ -24,19 +24,21 @@ import orjson
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from coordinator.locks.seal import seal_event
 from coordinator.planner.cluster import ClusterView, Server, ServerState
 from coordinator.planner.planner import balance_tier, plan
 from coordinator.rules.dynamic_config import DynamicConfig
 from coordinator.rules.ruleset import RuleSet
-from events import Envelope, Topics
+from events import Envelope, Interval, SegmentDescriptor, Topics
 from events.commands import DropSegment, LoadSegment
 from events.envelope import decode
 from events.registry import Event
+from events.segments import SegmentsMarkedUnused, SegmentsPublished
 from events.topics import COMMANDS
 from streaming.balancer import job
 from streaming.consumer import EventConsumer
 from streaming.producer import EventProducer
-from tests.unit.balancer.balancer_events import TIER, ClusterSpec, Executor
+from tests.unit.balancer.balancer_events import T0, TIER, ClusterSpec, Executor
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -105,7 +107,35 @@ def test_agreement_with_the_pure_balancing_stage(kafka_bootstrap: str, topics: T
     produce(kafka_bootstrap, topics, events)
     run_available_now(spark, kafka_bootstrap, topics, tmp_path / "ck")  # one batch, the tier's run 1
     spark_moves = moves_of(read_commands(kafka_bootstrap, topics))
+    assert spark_moves == pure_moves(spec, events)
 
+
+def test_unsealed_publishes_and_marks_do_not_enter_the_balancers_state(kafka_bootstrap: str, topics: Topics,
+                                                                         spark: Any, tmp_path: Path) -> None:
+    """Forged ``segments_marked_unused`` (two of three data sources, unsealed and wrongly sealed) and a forged
+    publish between the real events: the job's moves are exactly the pure balancing of the real events alone."""
+    spec = ClusterSpec(servers=8, new_servers=1, data_sources=3, hours=48)
+    events = spec.events()
+    held = [s for segs in spec.placement().values() for s in segs if s.data_source != "ds2"]
+    at = events[-1].occurred_at
+    forged: list[Envelope[Event]] = [
+        Envelope(SegmentsMarkedUnused(segment_ids=tuple(sorted(str(s.id) for s in held)), reason="forged"),
+                 "forged-mark", at, "ds0"),
+        seal_event(Envelope(SegmentsMarkedUnused(segment_ids=tuple(sorted(str(s.id) for s in held)),
+                                                 reason="forged"), "guessed-mark", at, "ds0"), b"guessed"),
+        Envelope(SegmentsPublished(task_id="forged", segments=(SegmentDescriptor(
+            "ds0", Interval(T0 - 86_400_000, T0), "v9", 0, 10**9),)), "forged-publish", at, "ds0"),
+    ]
+    produce(kafka_bootstrap, topics, [*events[:-1], *forged, events[-1]])
+    metrics = tmp_path / "metrics.jsonl"
+    run_available_now(spark, kafka_bootstrap, topics, tmp_path / "ck", metrics)
+    assert moves_of(read_commands(kafka_bootstrap, topics)) == pure_moves(spec, events)
+    summaries = [orjson.loads(line) for line in metrics.read_bytes().splitlines()]
+    assert sum(s["refused"] for s in summaries) == len(forged)
+
+
+def pure_moves(spec: ClusterSpec, events: list[Envelope[Event]]) -> list[tuple[str, str, str, str]]:
+    """The pure balancing stage's moves (run 1) over the frozen placement: checked equal to the whole plan's."""
     placement = spec.placement()
     segments = {s.id: s for held in placement.values() for s in held}
     view = ClusterView(
@@ -118,7 +148,8 @@ def test_agreement_with_the_pure_balancing_stage(kafka_bootstrap: str, topics: T
     pure = [(str(c.segment), c.source, c.server, str(c.stage)) for c in balance_tier(view, TIER).commands]
     whole_plan = [(str(c.segment), c.source, c.server, str(c.stage)) for c in plan(view).commands if c.type == "move"]
     assert pure, "the frozen placement (one empty server) must need moves"
-    assert spark_moves == pure == whole_plan
+    assert pure == whole_plan
+    return pure
 
 
 def test_convergence_with_a_new_empty_server(kafka_bootstrap: str, topics: Topics, spark: Any,

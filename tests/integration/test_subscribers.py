@@ -15,6 +15,7 @@ from events.segments import SegmentAnnounced, SegmentsPublished, SegmentUnannoun
 from events.visibility import SegmentVisibilityChanged
 from streaming.producer import EventProducer
 from streaming.subscribers import QueryableView, VisibilityFeed
+from tests.accepted import through_lockbox
 
 pytestmark = pytest.mark.integration
 H = 3_600_000
@@ -83,7 +84,7 @@ def test_the_view_answers_with_parts_and_servers_and_never_two_versions(kafka_bo
     view = QueryableView(kafka_bootstrap, topics)
     seen_versions: list[set[str]] = []
     for event in history():
-        producer.send(Envelope(event, uuid.uuid4().hex, T0, "wiki"))  # type: ignore[arg-type]
+        producer.send(through_lockbox(Envelope(event, uuid.uuid4().hex, T0, "wiki")))  # type: ignore[arg-type]
         producer.flush()
         deadline = time.monotonic() + 10
         while view.refresh(0.2) == 0 and time.monotonic() < deadline:
@@ -98,4 +99,16 @@ def test_the_view_answers_with_parts_and_servers_and_never_two_versions(kafka_bo
     assert [(q.segment_id.split("_")[-1], q.servers) for q in final] == [("v2", ("h1",))]
     assert final[0].intervals == (Interval(T0 + 3 * H, T0 + 9 * H),)
     assert view.lookup("nothing", DAY) == []
+
+    # a forged (unsealed) publish of v3 with its announce, and an announce of a v4 nobody published: the view
+    # skips the publish and serves neither (docs/security.md)
+    v3, v4 = seg("v3", 0, 24), seg("v4", 0, 24)
+    for event in (SegmentsPublished(task_id="forged", segments=(v3,)), SegmentAnnounced(server="h1", segment=v3),
+                  SegmentAnnounced(server="h1", segment=v4)):
+        producer = EventProducer(kafka_bootstrap, topics)
+        producer.send(Envelope(event, uuid.uuid4().hex, T0, "wiki"))  # type: ignore[arg-type]
+        producer.close()
+    view.catch_up(3.0)
+    assert view.refused == 1
+    assert {q.segment_id.split("_")[-1] for q in view.lookup("wiki", DAY)} == {"v2"}
     view.close()

@@ -37,6 +37,7 @@ def test_registry_holds_every_type_of_the_design() -> None:
         "cancel_segment_load", "segments_marked_used", "lock_release_requested", "server_heartbeat", "server_lost",
         "upsert_table_set", "upsert_consolidation_asked", "consolidation_requested",
         "segments_import_requested", "segments_imported", "segments_import_rejected",
+        "segments_mark_unused_requested", "segments_mark_used_requested", "segments_mark_rejected",
     }
     assert {c.event_type for c in ALL} == design
 

@@ -21,6 +21,7 @@ from events.commands import DropSegment, LoadSegment
 from events.registry import Event
 from events.schema import Instant
 from events.segments import SegmentAnnounced, SegmentsPublished, SegmentUnannounced
+from tests.accepted import through_lockbox
 
 H = 3_600_000
 T0 = 1_795_219_200_000
@@ -60,11 +61,11 @@ class ClusterSpec:
         return out
 
     def events(self) -> list[Envelope[Event]]:
-        """Rules (1 replica), config, servers, publishes, announces: ids and times fixed."""
+        """Rules (1 replica), config, servers, publishes (sealed as the lockbox's), announces: ids and times fixed."""
         out: list[Envelope[Event]] = []
 
         def add(event: Event, key: str) -> None:
-            out.append(Envelope(event, _id("input", self.seed, len(out)), Instant(T0 + len(out)), key))
+            out.append(through_lockbox(Envelope(event, _id("input", self.seed, len(out)), Instant(T0 + len(out)), key)))
 
         add(RulesSet(data_source="_default", rules=({"type": "loadForever", "tieredReplicants": {TIER: 1}},)),
             "rules/_default")

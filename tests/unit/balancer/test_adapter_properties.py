@@ -25,6 +25,7 @@ from events.schema import Instant
 from events.segments import SegmentAnnounced, SegmentsPublished, SegmentUnannounced
 from streaming.balancer.batch import run_batch
 from streaming.balancer.placement import BalancerPlacement
+from tests.accepted import through_lockbox
 from tests.unit.balancer.test_rolling_balancer import Store
 from tests.unit.placement.history import POOL, T0, TIERS, history
 
@@ -37,9 +38,10 @@ def _preamble() -> list[Envelope[Event]]:
         RulesSet(data_source="_default", rules=({"type": "loadForever", "tieredReplicants": {TIERS[0]: 1}},)),
         ServerJoined(server="h1", tier=TIERS[0], max_size_bytes=10_000),
         ServerJoined(server="h2", tier=TIERS[0], max_size_bytes=10_000),
-        SegmentsPublished(task_id="t", segments=tuple(POOL)),
+        *(SegmentsPublished(task_id="t", segments=tuple(s for s in POOL if s.data_source == ds))  # one per source
+          for ds in sorted({s.data_source for s in POOL})),
         *(SegmentAnnounced(server="h1", segment=seg) for seg in POOL)]
-    return [Envelope(e, f"pre{i}", Instant(T0), "pre") for i, e in enumerate(events)]
+    return [through_lockbox(Envelope(e, f"pre{i}", Instant(T0), "pre")) for i, e in enumerate(events)]
 
 
 def _answers(commands: list[Envelope[Event]], batch: int) -> list[Envelope[Event]]:

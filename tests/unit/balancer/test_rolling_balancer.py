@@ -4,19 +4,23 @@ restore from state entries, convergence of the move loop, limits per batch."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from typing import Any
 
 from coordinator.balancer.cost_cache import ServerCostCache
+from coordinator.locks.seal import seal_event
+from coordinator.placement.projected import snapshot
 from coordinator.planner.cluster import ClusterView, Server, ServerState
 from coordinator.planner.planner import balance_tier, plan
 from coordinator.rules.dynamic_config import DynamicConfig
 from coordinator.rules.ruleset import RuleSet
 from events import Envelope
 from events.registry import Event
+from events.segments import SegmentsMarkedUnused, SegmentsPublished
 from streaming.balancer.batch import BatchResult, run_batch
 from streaming.balancer.commands import move_ids
 from streaming.balancer.placement import ANSWERED, META, BalancerPlacement
-from tests.unit.balancer.balancer_events import TIER, ClusterSpec, Executor
+from tests.unit.balancer.balancer_events import TIER, ClusterSpec, Executor, hourly
 
 TIERS = (TIER,)
 
@@ -162,3 +166,22 @@ def test_the_move_loop_converges_within_limits() -> None:
         s = r.summaries[TIER]
         assert s["moves"] <= s["maxSegmentsToMove"]
         assert all(n <= s["balancingQueueCap"] for n in s["balancingQueues"].values())
+
+
+def test_unsealed_publishes_and_marks_change_nothing() -> None:
+    spec = ClusterSpec(servers=6, data_sources=2, hours=48)
+    events = spec.events()
+    ids = tuple(sorted(str(s.id) for segs in spec.placement().values() for s in segs))
+    at = events[-1].occurred_at
+    forged: list[Envelope[Event]] = [
+        Envelope(SegmentsMarkedUnused(segment_ids=ids, reason="forged"), "f1", at, "ds0"),
+        seal_event(Envelope(SegmentsMarkedUnused(segment_ids=ids, reason="forged"), "f2", at, "ds0"), b"guess"),
+        Envelope(SegmentsPublished(task_id="forged", segments=(replace(hourly(1, 1)[0], version="v9"),)), "f3", at,
+                 "ds0"),
+    ]
+    clean, dirty = BalancerPlacement(), BalancerPlacement()
+    expected = run_batch(clean, events, 0, TIERS)
+    got = run_batch(dirty, [*events[:-1], *forged, events[-1]], 0, TIERS)
+    assert got.summaries[TIER]["refused"] == 3 and expected.summaries[TIER]["refused"] == 0
+    assert got.commands == expected.commands and got.commands  # the forgeries changed no move
+    assert snapshot(dirty.state) == snapshot(clean.state)

@@ -29,12 +29,14 @@ def test_the_refusals_name_their_reason() -> None:
         cases = {c.name: c for c in hostile.segments_cases(b"k")}
         topic = hostile.TOPICS.name("segments")
         for i, name in enumerate(["oversized message", "numbered_overwrite root range 2^31",
-                                  "mark-unused of 10001 ids (over the bound)", "forged publish"]):
+                                  "mark-unused of 10001 ids (over the bound)", "forged publish",
+                                  "forged mark-unused"]):
             [(key, value)] = cases[name].records
             agent.process([hostile.InputRecord(topic, 0, i, key, value, hostile.T0)])
         reasons = [d.reason for d in hostile.dead_letters(sink)]
-    assert len(reasons) == 4
+    assert len(reasons) == 5
     assert "at most 1048576 bytes" in reasons[0]
     assert "payload.segment.shardSpec" in reasons[1] and "numbered_overwrite" in reasons[1]
     assert "payload.segmentIds" in reasons[2] and "at most 10000 items" in reasons[2]
     assert "only the lockbox publishes" in reasons[3]
+    assert "only the coordinator marks segments" in reasons[4]

@@ -90,8 +90,10 @@ def chunk_verdicts(members: Mapping[int, SegmentDescriptor], online: set[int]) -
 def timeline_states(
     used: Mapping[SegmentId, SegmentDescriptor], online: Mapping[SegmentId, SegmentDescriptor]
 ) -> tuple[dict[SegmentId, str], list[tuple[Interval, tuple[Interval, str]]], list[SegmentId]]:
-    """(state of every known segment, served pieces with their chunk, overshadowed used ids)."""
-    known = {**online, **used}
+    """(state of every used segment, served pieces with their chunk, overshadowed used ids).
+
+    Only used segments take part: an online segment that is not used has no state and serves nothing."""
+    known = dict(used)
     chunks: dict[tuple[Interval, str], dict[int, SegmentDescriptor]] = {}
     for sid, seg in known.items():
         chunks.setdefault((sid.interval, sid.version), {})[sid.partition_id] = seg

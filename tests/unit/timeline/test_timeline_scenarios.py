@@ -148,13 +148,30 @@ def test_replicas_keep_a_segment_online_until_the_last_server_leaves() -> None:
     assert tl.unannounce(seg(0).id, "h9") == []
 
 
-def test_unused_segments_are_known_only_while_served() -> None:
+def test_a_segment_marked_unused_leaves_the_timeline_though_still_held() -> None:
     tl = Timeline("wiki")
     online(tl, seg(0))
-    assert tl.mark_unused([seg(0).id]) == []  # still served: still visible
-    assert [(c.old, c.new) for c in tl.unannounce(seg(0).id, "h1")] == [("visible", "absent")]
-    assert tl.states() == {}
+    assert [(c.old, c.new) for c in tl.mark_unused([seg(0).id])] == [("visible", "absent")]
+    assert tl.states() == {} and served(tl) == [] and tl.servers(seg(0).id) == {"h1"}
+    assert [(c.old, c.new) for c in tl.publish([seg(0)])] == [("absent", "visible")]  # used again: still held
+    assert tl.mark_unused([seg(0).id]) != [] and tl.unannounce(seg(0).id, "h1") == []
+    assert tl.states() == {} and tl.segment(seg(0).id) is None  # neither used nor held: forgotten
     assert tl.mark_unused([seg(0).id]) == []
+
+
+def test_an_announce_of_a_segment_nobody_published_is_never_served() -> None:
+    """A historical (or anyone who may write ``segments``) announcing a segment that is not used: no state, no
+    served piece, no lookup; it hides nothing, not even as a complete higher version (issue 19)."""
+    tl = Timeline("wiki")
+    online(tl, seg(0))
+    assert tl.announce(seg(1), "h1") == []  # unpublished, same chunk
+    assert tl.announce(seg(0, version="v2"), "h1") == []  # unpublished, complete, higher version
+    assert states(tl) == {"v1/0": "visible"}
+    assert served(tl) == [("v1/0", ["01T00-02T00"])]
+    # its publish (read after the announce) makes it visible at once: the server was kept
+    assert [(str(c.segment_id), c.new) for c in tl.publish([seg(0, version="v2")])] == [
+        (str(seg(0).id), "overshadowed"), (str(seg(0, version="v2").id), "visible")]
+    assert tl.unannounce(seg(1).id, "h1") == [] and tl.segment(seg(1).id) is None
 
 
 def test_cycles_of_overshadowing_are_ignored() -> None:

@@ -20,6 +20,7 @@ from events.topics import CLUSTER, SEGMENTS, TIMELINE, UPSERT_STRATEGY
 from streaming.service.intake import InputRecord
 from streaming.service.state import AgentStateStore
 from streaming.service.upsert_agent import FORMAT_VERSION, UpsertAgent, load_state
+from tests.accepted import through_lockbox
 from tests.unit.upserts.builders import Log, part, table_set
 
 TOPICS = Topics("unit.")
@@ -76,7 +77,7 @@ def records(log: Log) -> list[InputRecord]:
         offsets[topic] += 1
 
     for env in log.envelopes:
-        put(env.event.event_topic, env)
+        put(env.event.event_topic, through_lockbox(env))  # publishes and marks sealed as the coordinator writes them
         if env.event.event_topic == SEGMENTS:
             for i, c in enumerate(tl.apply(env.event)):
                 sid = c.segment_id
