@@ -144,6 +144,7 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
         agents.append(("planner", tuple(topics.name(t) for t in (SEGMENTS, CLUSTER, COMMANDS)), planner))
     if upserts is not None:  # upsert tables (docs/upserts.md): versions from visibility, strategies, cleanup
         agents.append(("upserts", tuple(topics.name(t) for t in (CLUSTER, SEGMENTS, TIMELINE)), upserts))
+        upserts.owned = lambda: {(tp.topic, tp.partition) for tp in app.consumer.assignment()}  # lost: not its own
         app.timer(plan_every_s, name=f"{app_id}.upserts-timer")(_upsert_timer(upserts))
     stored: dict[str, list[StoredOffsets]] = {}
     # the planner's runs are O(cluster): they go to one thread of their own, so the timeline and lockbox
