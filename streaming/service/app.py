@@ -48,6 +48,7 @@ signal during it exits 0 (:mod:`streaming.service.outage`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -56,7 +57,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -78,6 +79,7 @@ from streaming.service.outage import PatientProducer, Shutdown, until_reachable
 from streaming.service.planner_agent import PlannerAgent
 from streaming.service.state import AgentStateStore, AppliedWindow
 from streaming.service.timeline_agent import TimelineAgent
+from streaming.service.timeline_snapshots import SnapshotPolicy, latest_snapshots
 from streaming.service.upsert_agent import UpsertAgent
 from streaming.service.worker_identity import WorkerIdentity
 
@@ -169,9 +171,43 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
         app.timer(plan_every_s, name=f"{app_id}.observe-timer")(observe_timer)
     if observe is not None:
         observe.attach(app, planner_thread)
-    _position_from_store(app, stored)
+    prepare = _snapshot_adopter(bootstrap, topics, timeline) if timeline.snapshot_policy is not None else None
+    _position_from_store(app, stored, prepare)
     _short_fetch_wait(app)
     return app
+
+
+def _snapshot_adopter(bootstrap: str, topics: Topics, timeline: TimelineAgent) -> Callable[[set[tuple[str, int]]],
+                                                                                           Awaitable[None]]:
+    """Before each seek: for every partition of ``segments`` gained by this assignment, the latest snapshot on
+    ``snapshots`` (read off the event loop), adopted by the timeline agent when it is ahead of its store
+    (docs/workers.md). A read that fails is logged; the partition is then rebuilt from the log."""
+    held: set[int] = set()
+
+    async def adopt_gained(assigned: set[tuple[str, int]]) -> None:
+        mine = {p for t, p in assigned if t == timeline.input_topic}
+        gained = mine - held
+        held.clear()
+        held.update(mine)
+        if not gained:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            found = await loop.run_in_executor(None, latest_snapshots, bootstrap, topics, sorted(gained))
+        except Exception as e:
+            log.warning("reading the timeline snapshots failed (the gained partitions replay the log): %r", e)
+            return
+        for partition, snap in sorted(found.items()):
+            before = timeline.next_offsets().get((timeline.input_topic, partition), 0)
+            if timeline.adopt(snap):  # on the event loop, between two batches
+                print(f"timeline agent: partition {partition} of {timeline.input_topic} from the snapshot at offset "
+                      f"{snap.next_offset} (written by {snap.writer or '?'}: {len(snap.facts)} segments, "
+                      f"{len(snap.recent_ids)} recent ids), not from offset {before}", flush=True)
+        for partition in sorted(gained - found.keys()):
+            print(f"timeline agent: partition {partition} of {timeline.input_topic}: no snapshot ahead of the store; "
+                  f"folding from the store's offset", flush=True)
+
+    return adopt_gained
 
 
 def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor, observe: Observe | None = None,
@@ -347,6 +383,9 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         stack.callback(lb_producer.flush)
         stack.callback(tl_producer.flush)
         timeline = TimelineAgent(tl_store, topics, tl_producer)
+        snapshot_policy = SnapshotPolicy.from_env()
+        if snapshot_policy is not None:  # per-partition snapshots on `snapshots` (docs/workers.md)
+            timeline.enable_snapshots(snapshot_policy, tl_producer, me.worker_id)
         print(f"timeline agent resumes at {_resume_text(timeline.next_offsets())}"
               f"{' (store wiped: older format)' if tl_store.wiped else ''}", flush=True)
         lockbox = LockboxAgent(lb_store, topics, lb_producer)
