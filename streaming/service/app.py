@@ -171,7 +171,16 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
         app.timer(plan_every_s, name=f"{app_id}.observe-timer")(observe_timer)
     if observe is not None:
         observe.attach(app, planner_thread)
-    prepare = _snapshot_adopter(bootstrap, topics, timeline) if timeline.snapshot_policy is not None else None
+    prepare = None
+    if timeline.snapshot_policy is not None:  # per-partition snapshots (docs/workers.md)
+        prepare = _snapshot_adopter(bootstrap, topics, timeline)
+
+        async def snapshot_timer() -> None:
+            """Between batches: a partition that went quiet still gets its snapshot once its period passed."""
+            timeline.write_snapshots()
+
+        app.timer(max(1.0, timeline.snapshot_policy.every_ms / 1000 / 4), name=f"{app_id}.snapshot-timer")(
+            snapshot_timer)
     _position_from_store(app, stored, prepare)
     _short_fetch_wait(app)
     return app

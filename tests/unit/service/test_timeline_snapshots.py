@@ -125,9 +125,15 @@ def test_snapshots_are_due_by_count_or_by_time(tmp_path: Path) -> None:
         agent.process(log[10:20])
         assert agent.snapshots_written == 1
         assert decode_snapshot(sink.snapshots[b"timeline/0"]).next_offset == 20
-        now[0] = 11.0
-        agent.process([])  # nothing applied since: nothing to write
+        now[0] = 6.0
+        agent.process(log[20:25])  # 1 s after the last: not due
         assert agent.snapshots_written == 1
+        now[0] = 10.0  # the partition went quiet; the worker's snapshot timer runs between batches
+        assert agent.write_snapshots() == 1
+        assert decode_snapshot(sink.snapshots[b"timeline/0"]).next_offset == 25
+        now[0] = 20.0
+        agent.process([])  # nothing applied since: nothing to write
+        assert agent.write_snapshots() == 0 and agent.snapshots_written == 2
 
 
 def test_the_policy_from_the_environment_names_the_variable() -> None:
