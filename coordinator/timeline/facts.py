@@ -92,12 +92,17 @@ def all_facts(timelines: Timelines, data_sources: Collection[str] | None = None)
     for ds in timelines.data_sources():
         if data_sources is not None and ds not in data_sources:
             continue
-        tl = timelines.timeline(ds)
-        for sid in sorted(set(tl.used()) | set(tl.online())):
+        tl = timelines._by_source[ds]
+        for sid in sorted(set(tl._used) | set(tl._servers), key=_order):  # a key: dataclass __lt__ is slow
             facts = facts_of(timelines, sid)
             if facts is not None:
                 out[sid] = facts
     return out
+
+
+def _order(sid: SegmentId) -> tuple[int, int, str, int]:
+    """Segment id order within a data source (as ``SegmentId``'s own: interval, version, partition)."""
+    return sid.interval.start, sid.interval.end, sid.version, sid.partition_id
 
 
 def all_states(timelines: Timelines) -> dict[SegmentId, SegmentState]:
