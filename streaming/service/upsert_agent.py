@@ -237,7 +237,8 @@ class UpsertAgent:
     def owns(self, decision: Event, owned: Collection[tuple[str, int]]) -> bool:
         """Whether this worker owns the partition a decision belongs to: a ``segments_marked_unused`` the
         ``segments`` partition its data source's records came from, a ``consolidation_requested`` the ``cluster``
-        partition of its table's records (a key never seen: not owned)."""
+        partition of its table's records (a key whose source is not recorded, from a store older than the
+        ``src/`` entries: owned, as before)."""
         key: str | None
         if isinstance(decision, SegmentsMarkedUnused):  # one per data source (cleanup_due)
             topic, first = self.topics.name(SEGMENTS), decision.segment_ids[0]
@@ -248,7 +249,8 @@ class UpsertAgent:
         else:
             return True
         partition = None if key is None else self.sources.get((topic, key))
-        return partition is not None and (topic, partition) in owned
+        # a key with no source recorded comes from a store written before sources were: decided as before
+        return partition is None or (topic, partition) in owned
 
     def _emit(self, decided: list[Event], now: int, position: tuple[str, int, int], cause: str | None,
               batch: StoreBatch) -> set[str]:
