@@ -48,7 +48,6 @@ signal during it exits 0 (:mod:`streaming.service.outage`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -79,7 +78,7 @@ from streaming.service.outage import PatientProducer, Shutdown, until_reachable
 from streaming.service.planner_agent import PlannerAgent
 from streaming.service.state import AgentStateStore, AppliedWindow
 from streaming.service.timeline_agent import TimelineAgent
-from streaming.service.timeline_snapshots import SnapshotPolicy, latest_snapshots
+from streaming.service.timeline_snapshots import SnapshotPolicy, SnapshotTail
 from streaming.service.upsert_agent import UpsertAgent
 from streaming.service.worker_identity import WorkerIdentity
 
@@ -112,7 +111,7 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
               planner: PlannerAgent | None = None, plan_every_s: float = PLAN_EVERY_S,
               heap: FrozenHeap | None = None, observe: Observe | None = None,
               upserts: UpsertAgent | None = None, me: WorkerIdentity | None = None,
-              planner_pool: ThreadPoolExecutor | None = None) -> Any:
+              planner_pool: ThreadPoolExecutor | None = None, snapshot_tail: SnapshotTail | None = None) -> Any:
     """A Faust app with the timeline agent over the worker's partitions of ``segments``, the lockbox agent over
     its partitions of ``lock-requests``, (when given) the upsert agent over ``cluster``, ``segments`` and
     ``timeline``, and (when given) the planner over ``segments``, ``cluster`` and ``commands`` plus its timer
@@ -172,8 +171,8 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     if observe is not None:
         observe.attach(app, planner_thread)
     prepare = None
-    if timeline.snapshot_policy is not None:  # per-partition snapshots (docs/workers.md)
-        prepare = _snapshot_adopter(bootstrap, topics, timeline)
+    if timeline.snapshot_policy is not None and snapshot_tail is not None:  # per-partition snapshots (workers.md)
+        prepare = _snapshot_adopter(snapshot_tail, timeline)
 
         async def snapshot_timer() -> None:
             """Between batches: a partition that went quiet still gets its snapshot once its period passed."""
@@ -186,11 +185,11 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
     return app
 
 
-def _snapshot_adopter(bootstrap: str, topics: Topics, timeline: TimelineAgent) -> Callable[[set[tuple[str, int]]],
-                                                                                           Awaitable[None]]:
-    """Before each seek: for every partition of ``segments`` gained by this assignment, the latest snapshot on
-    ``snapshots`` (read off the event loop), adopted by the timeline agent when it is ahead of its store
-    (docs/workers.md). A read that fails is logged; the partition is then rebuilt from the log."""
+def _snapshot_adopter(tail: SnapshotTail, timeline: TimelineAgent) -> Callable[[set[tuple[str, int]]],
+                                                                                 Awaitable[None]]:
+    """Before each seek: for every partition of ``segments`` gained by this assignment, the latest snapshot the
+    worker's :class:`SnapshotTail` has read (a lookup in memory: the seek must stay quick), adopted by the
+    timeline agent when it is ahead of its store (docs/workers.md)."""
     held: set[int] = set()
 
     async def adopt_gained(assigned: set[tuple[str, int]]) -> None:
@@ -200,12 +199,7 @@ def _snapshot_adopter(bootstrap: str, topics: Topics, timeline: TimelineAgent) -
         held.update(mine)
         if not gained:
             return
-        loop = asyncio.get_running_loop()
-        try:
-            found = await loop.run_in_executor(None, latest_snapshots, bootstrap, topics, sorted(gained))
-        except Exception as e:
-            log.warning("reading the timeline snapshots failed (the gained partitions replay the log): %r", e)
-            return
+        found = tail.latest(sorted(gained))
         for partition, snap in sorted(found.items()):
             before = timeline.next_offsets().get((timeline.input_topic, partition), 0)
             if timeline.adopt(snap):  # on the event loop, between two batches
@@ -393,8 +387,11 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         stack.callback(tl_producer.flush)
         timeline = TimelineAgent(tl_store, topics, tl_producer)
         snapshot_policy = SnapshotPolicy.from_env()
+        snapshot_tail = None
         if snapshot_policy is not None:  # per-partition snapshots on `snapshots` (docs/workers.md)
             timeline.enable_snapshots(snapshot_policy, tl_producer, me.worker_id)
+            snapshot_tail = SnapshotTail(bootstrap, topics).start()
+            stack.callback(snapshot_tail.close)
         print(f"timeline agent resumes at {_resume_text(timeline.next_offsets())}"
               f"{' (store wiped: older format)' if tl_store.wiped else ''}", flush=True)
         lockbox = LockboxAgent(lb_store, topics, lb_producer)
@@ -425,7 +422,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         stack.callback(observer.close)
         planner_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner")
         app = build_app(bootstrap, topics, timeline, lockbox, None, plan_every_s, heap, observer,
-                        upserts=upserts, me=me, planner_pool=planner_pool)
+                        upserts=upserts, me=me, planner_pool=planner_pool, snapshot_tail=snapshot_tail)
         print(f"worker {me.worker_id}: group instance {me.instance_id(app.conf.id)}; the planner runs on the "
               f"worker elected through {election_topic(topics)}", flush=True)
         feed = PlannerFeed(bootstrap, planner, pl_producer, planner_pool, SHUTDOWN, worker_id=me.worker_id,

@@ -14,12 +14,19 @@ them (:meth:`~streaming.service.timeline_agent.TimelineAgent.write_snapshots`,
 - :func:`latest_snapshots`: the latest snapshot of each asked partition, read from ``snapshots`` up to its end
   (the last record per key in log order: compaction keeps exactly that one). A record that does not decode is
   skipped with a warning (the worker then rebuilds that partition from the log, as without a snapshot).
+- :class:`SnapshotTail`: the worker's reader: a thread that follows ``snapshots`` from the beginning and keeps
+  the latest record per partition key, so a rebalance looks the snapshot up in memory instead of reading the
+  topic inside the consumer's seek (a read there, about a second on a loaded machine, let the group's
+  generation move on before the seek's offset commit, whose failure made the member rejoin: a rebalance
+  storm). A snapshot written just before the gain that the thread has not read yet is missed; the worker
+  then starts from an older one or from its store, which is still exact, only longer.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Collection
@@ -118,3 +125,70 @@ def latest_snapshots(bootstrap: str, topics: Topics, partitions: Collection[int]
             log.warning("timeline snapshot of partition %d on %s skipped (the log is replayed instead): %s",
                         partition, name, e)
     return out
+
+
+class SnapshotTail:
+    """Follows ``snapshots`` on a thread of its own, keeping the latest timeline snapshot record per partition."""
+
+    def __init__(self, bootstrap: str, topics: Topics, poll_s: float = 0.5) -> None:
+        self.bootstrap, self.name, self.poll_s = bootstrap, topics.name(SNAPSHOTS), poll_s
+        self._latest: dict[bytes, bytes] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="timeline-snapshots", daemon=True)
+
+    def start(self) -> SnapshotTail:
+        self._thread.start()
+        return self
+
+    def latest(self, partitions: Collection[int]) -> dict[int, PartitionSnapshot]:
+        """The latest snapshot read so far of each of ``partitions`` that decodes (a bad one is logged)."""
+        with self._lock:
+            found = {p: self._latest[snapshot_key(p)] for p in partitions if snapshot_key(p) in self._latest}
+        out = {}
+        for partition, raw in sorted(found.items()):
+            try:
+                out[partition] = decode_snapshot(raw)
+            except SnapshotError as e:
+                log.warning("timeline snapshot of partition %d on %s skipped (the log is replayed instead): %s",
+                            partition, self.name, e)
+        return out
+
+    def _run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        c = Consumer({**credentials.client_config(self.bootstrap), "group.id": f"segcoord-snapshots-{uuid.uuid4().hex}",
+                      "enable.auto.commit": False})
+        try:
+            assigned: set[int] = set()
+            while not self._stop.is_set():
+                if not assigned:  # the topic may be created after the worker starts
+                    try:
+                        meta = c.list_topics(self.name, timeout=5).topics.get(self.name)
+                    except Exception:
+                        meta = None
+                    if meta is None or meta.error is not None or not meta.partitions:
+                        self._stop.wait(self.poll_s)
+                        continue
+                    assigned = set(meta.partitions)
+                    c.assign([TopicPartition(self.name, p, OFFSET_BEGINNING) for p in sorted(assigned)])
+                for m in c.consume(500, self.poll_s):
+                    if m.error() is not None:
+                        continue
+                    key = m.key()
+                    if key is None or not key.startswith(b"timeline/"):
+                        continue
+                    with self._lock:
+                        value = m.value()
+                        if value is None:
+                            self._latest.pop(key, None)
+                        else:
+                            self._latest[key] = value
+        except Exception as e:  # the snapshots are an optimization: without them the log is replayed
+            log.warning("following %s stopped: %r (gained partitions replay the log)", self.name, e)
+        finally:
+            c.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
