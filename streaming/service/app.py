@@ -200,15 +200,16 @@ def _snapshot_adopter(tail: SnapshotTail, timeline: TimelineAgent) -> Callable[[
         if not gained:
             return
         found = tail.latest(sorted(gained))
-        for partition, snap in sorted(found.items()):
+        for partition in sorted(gained):
+            snap = found.get(partition)
             before = timeline.next_offsets().get((timeline.input_topic, partition), 0)
-            if timeline.adopt(snap):  # on the event loop, between two batches
+            if snap is not None and timeline.adopt(snap):  # on the event loop, between two batches
                 print(f"timeline agent: partition {partition} of {timeline.input_topic} from the snapshot at offset "
                       f"{snap.next_offset} (written by {snap.writer or '?'}: {len(snap.facts)} segments, "
                       f"{len(snap.recent_ids)} recent ids), not from offset {before}", flush=True)
-        for partition in sorted(gained - found.keys()):
-            print(f"timeline agent: partition {partition} of {timeline.input_topic}: no snapshot ahead of the store; "
-                  f"folding from the store's offset", flush=True)
+            else:
+                print(f"timeline agent: partition {partition} of {timeline.input_topic}: no snapshot ahead of the "
+                      f"store; folding from the store's offset {before}", flush=True)
 
     return adopt_gained
 
