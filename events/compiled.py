@@ -34,6 +34,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import threading
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -49,6 +50,13 @@ FastEncoder = Callable[[Any], dict[str, Any]]
 
 _DECODERS: dict[type, FastDecoder] = {}
 _ENCODERS: dict[type, FastEncoder] = {}
+# One compilation at a time. A compile in progress keeps a forwarding placeholder in _PENDING (a record type
+# that nests itself finds it there, in the compiling thread, which holds the re-entrant lock); only finished
+# functions enter the caches the fast path reads. The placeholder used to sit in the cache itself, and another
+# thread calling it before the compile ended recursed until RecursionError (the worker's planner thread and
+# event loop encoding at once killed its timeline agent).
+_COMPILING = threading.RLock()
+_PENDING: dict[tuple[str, type], Callable[[Any], Any]] = {}
 
 _INTERVALS: dict[str, Interval] = {}
 _INTERVALS_MAX = 1 << 16
@@ -340,8 +348,19 @@ def compile_decoder(cls: type) -> FastDecoder:
     found = _DECODERS.get(cls)
     if found is not None:
         return found
-    # A recursive record type reaches itself through this placeholder until compiled.
-    _DECODERS[cls] = lambda obj: _DECODERS[cls](obj)
+    with _COMPILING:
+        found = _DECODERS.get(cls) or _PENDING.get(("decode", cls))
+        if found is not None:
+            return found
+        # a recursive record type reaches itself through this placeholder until compiled
+        _PENDING[("decode", cls)] = lambda obj: _DECODERS[cls](obj)
+        try:
+            return _compile_decoder(cls)
+        finally:
+            del _PENDING[("decode", cls)]
+
+
+def _compile_decoder(cls: type) -> FastDecoder:
     src = _Source()
     src.emit(0, "def generated(obj):")
     src.emit(1, "if type(obj) is not dict:")
@@ -419,7 +438,18 @@ def compile_encoder(cls: type) -> FastEncoder:
     found = _ENCODERS.get(cls)
     if found is not None:
         return found
-    _ENCODERS[cls] = lambda record: _ENCODERS[cls](record)
+    with _COMPILING:
+        found = _ENCODERS.get(cls) or _PENDING.get(("encode", cls))
+        if found is not None:
+            return found
+        _PENDING[("encode", cls)] = lambda record: _ENCODERS[cls](record)
+        try:
+            return _compile_encoder(cls)
+        finally:
+            del _PENDING[("encode", cls)]
+
+
+def _compile_encoder(cls: type) -> FastEncoder:
     src = _Source()
     emit = src.emit
     emit(0, "def generated(r):")

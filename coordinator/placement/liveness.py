@@ -17,6 +17,11 @@ replay, audit) reads the same facts and never a clock:
   in the timeline, and the planner, which takes the server out of its projection at the departure itself,
   re-replicates at once.
 
+- :func:`unannounce_not_joined`: an announce by a known server that is not joined (read after its
+  ``server_lost``: written just before it died, or by a paused server that has not joined again) is not held
+  by the fold (Druid: a server must re-join before its announces count), and is unannounced on ``segments``
+  (``reason`` ``server_not_joined``), so the timeline does not show it served either.
+
 A historical that comes back re-announces what it holds (it reads its own ``server_lost`` or restarts with
 ``server_joined``); its announces are ordinary ``segment_announced`` events.
 
@@ -43,8 +48,9 @@ from coordinator.placement.projected import command_id
 from coordinator.placement.state import PlacementState
 from events.cluster import ServerLeft, ServerLost
 from events.envelope import Envelope
+from events.registry import Event
 from events.schema import Instant
-from events.segments import SegmentUnannounced
+from events.segments import SegmentAnnounced, SegmentUnannounced
 
 DEFAULT_SERVER_TIMEOUT_MS = 30_000  # serverTimeoutMillis: as Druid's default ZooKeeper session timeout
 DEFAULT_HEARTBEAT_MS = 5_000  # heartbeatMillis: a historical heartbeats six times per timeout
@@ -83,3 +89,39 @@ def unannounce_departed(state: PlacementState, departure: Envelope[ServerLeft | 
         out.append(Envelope(event, command_id("unannounce", departure.event_id, text), departure.occurred_at,
                             sid.data_source, departure.event_id))
     return out
+
+
+NOT_JOINED = "server_not_joined"
+
+
+def unannounce_not_joined(state: PlacementState, announce: Envelope[Event]) -> Envelope[SegmentUnannounced] | None:
+    """The coordinator's unannounce of an announce the fold does not hold because its server is known and not
+    joined (:meth:`PlacementState.announces_count`), or None for any other event.
+
+    This closes the gap of a departure: an announce the dead server wrote just before its ``server_lost`` and
+    read after it would otherwise show the segment served in the timeline (which folds ``segments`` only) by a
+    server the planner no longer counts. Reason ``server_not_joined``; id = hash of (announce id, segment), so
+    a re-decision after a restart is dropped; keyed by data source, at the announce's time, caused by it. A
+    historical that is alive reads it, joins again and announces again (``streaming.historical``).
+
+    >>> from events.cluster import ServerJoined, ServerLeft
+    >>> from events.interval import Interval
+    >>> from events.segment import SegmentDescriptor
+    >>> seg = SegmentDescriptor("wiki", Interval(0, 3_600_000), "v1", 0, 1)
+    >>> st = PlacementState()
+    >>> joined = ServerJoined(server="h1", tier="_default_tier", max_size_bytes=10)
+    >>> _ = st.evolve(Envelope(joined, "j", Instant(0), "h1"))
+    >>> _ = st.evolve(Envelope(ServerLeft(server="h1"), "l", Instant(1), "h1"))
+    >>> late = Envelope(SegmentAnnounced(server="h1", segment=seg), "a", Instant(2), "wiki")
+    >>> _ = st.evolve(late)
+    >>> out = unannounce_not_joined(st, late)
+    >>> (out.event.reason, out.causation_id, st.held.get("h1", set()))
+    ('server_not_joined', 'a', set())
+    """
+    event = announce.event
+    if not isinstance(event, SegmentAnnounced) or state.announces_count(event.server):
+        return None
+    text = str(event.segment.id)
+    out = SegmentUnannounced(server=event.server, segment_id=text, reason=NOT_JOINED)
+    return Envelope(out, command_id("unannounce-not-joined", announce.event_id, text), announce.occurred_at,
+                    event.segment.data_source, announce.event_id)

@@ -23,7 +23,10 @@
   the moves it was loading: their sources keep their copies; what it announced stays held
   until the coordinator's ``SegmentUnannounced`` of each copy, which
   :func:`coordinator.placement.liveness.unannounce_departed` decides, is read back),
-  ``ServerDecommissioned`` / ``ServerRecommissioned``.
+  ``ServerDecommissioned`` / ``ServerRecommissioned``. An announce by a known server that is
+  not joined (it left or was lost and has not joined again) is not held (Druid: a server
+  re-joins before its announces count); the coordinator unannounces it on ``segments``
+  (:func:`coordinator.placement.liveness.unannounce_not_joined`) so the timeline agrees.
 - ``last_heard[server]``: the latest event time of a ``ServerJoined``, ``ServerHeartbeat``,
   refusal, or announce / unannounce of the server's own (not the coordinator's, which
   carries a ``reason``); what :func:`coordinator.placement.liveness.silent_servers` reads.
@@ -173,6 +176,9 @@ class PlacementState(Projected):
             expected = (cause is not None and cause in self.queue) or bool(self.queued_at(event.server, sid, "load"))
             if cause is not None:
                 self.settle(cause)
+            if not self.announces_count(event.server):  # Druid: a server re-joins before its announces count
+                t.trigger, t.answered_own = True, expected
+                return
             self.hold(event.server, sid, True)
             self.settle_matching(event.server, sid, "load")
             t.trigger, t.answered_own = True, expected
@@ -221,6 +227,13 @@ class PlacementState(Projected):
         elif isinstance(event, DynamicConfigSet):
             self.set_config(dict(event.config))
             t.config = t.trigger = True
+
+    def announces_count(self, name: str) -> bool:
+        """Whether an announce by ``name`` is held: not when the server is known and not joined (it left, was
+        lost, or was only decommissioned): as in Druid, a server must (re-)join before what it announces counts.
+        A server the fold never heard of still counts (announces with no ``server_joined`` at all)."""
+        facts = self.servers.get(name)
+        return facts is None or facts.joined
 
     def heard(self, name: str, at: int) -> None:
         """The server was heard of at ``at`` (event time; the latest wins)."""

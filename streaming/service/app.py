@@ -56,7 +56,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -78,6 +78,7 @@ from streaming.service.outage import PatientProducer, Shutdown, until_reachable
 from streaming.service.planner_agent import PlannerAgent
 from streaming.service.state import AgentStateStore, AppliedWindow
 from streaming.service.timeline_agent import TimelineAgent
+from streaming.service.timeline_snapshots import SnapshotPolicy, SnapshotTail
 from streaming.service.upsert_agent import UpsertAgent
 from streaming.service.worker_identity import WorkerIdentity
 
@@ -110,7 +111,7 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
               planner: PlannerAgent | None = None, plan_every_s: float = PLAN_EVERY_S,
               heap: FrozenHeap | None = None, observe: Observe | None = None,
               upserts: UpsertAgent | None = None, me: WorkerIdentity | None = None,
-              planner_pool: ThreadPoolExecutor | None = None) -> Any:
+              planner_pool: ThreadPoolExecutor | None = None, snapshot_tail: SnapshotTail | None = None) -> Any:
     """A Faust app with the timeline agent over the worker's partitions of ``segments``, the lockbox agent over
     its partitions of ``lock-requests``, (when given) the upsert agent over ``cluster``, ``segments`` and
     ``timeline``, and (when given) the planner over ``segments``, ``cluster`` and ``commands`` plus its timer
@@ -144,6 +145,7 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
         agents.append(("planner", tuple(topics.name(t) for t in (SEGMENTS, CLUSTER, COMMANDS)), planner))
     if upserts is not None:  # upsert tables (docs/upserts.md): versions from visibility, strategies, cleanup
         agents.append(("upserts", tuple(topics.name(t) for t in (CLUSTER, SEGMENTS, TIMELINE)), upserts))
+        upserts.owned = lambda: {(tp.topic, tp.partition) for tp in app.consumer.assignment()}  # lost: not its own
         app.timer(plan_every_s, name=f"{app_id}.upserts-timer")(_upsert_timer(upserts))
     stored: dict[str, list[StoredOffsets]] = {}
     # the planner's runs are O(cluster): they go to one thread of their own, so the timeline and lockbox
@@ -168,9 +170,48 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
         app.timer(plan_every_s, name=f"{app_id}.observe-timer")(observe_timer)
     if observe is not None:
         observe.attach(app, planner_thread)
-    _position_from_store(app, stored)
+    prepare = None
+    if timeline.snapshot_policy is not None and snapshot_tail is not None:  # per-partition snapshots (workers.md)
+        prepare = _snapshot_adopter(snapshot_tail, timeline)
+
+        async def snapshot_timer() -> None:
+            """Between batches: a partition that went quiet still gets its snapshot once its period passed."""
+            timeline.write_snapshots()
+
+        app.timer(max(1.0, timeline.snapshot_policy.every_ms / 1000 / 4), name=f"{app_id}.snapshot-timer")(
+            snapshot_timer)
+    _position_from_store(app, stored, prepare)
     _short_fetch_wait(app)
     return app
+
+
+def _snapshot_adopter(tail: SnapshotTail, timeline: TimelineAgent) -> Callable[[set[tuple[str, int]]],
+                                                                                 Awaitable[None]]:
+    """Before each seek: for every partition of ``segments`` gained by this assignment, the latest snapshot the
+    worker's :class:`SnapshotTail` has read (a lookup in memory: the seek must stay quick), adopted by the
+    timeline agent when it is ahead of its store (docs/workers.md)."""
+    held: set[int] = set()
+
+    async def adopt_gained(assigned: set[tuple[str, int]]) -> None:
+        mine = {p for t, p in assigned if t == timeline.input_topic}
+        gained = mine - held
+        held.clear()
+        held.update(mine)
+        if not gained:
+            return
+        found = tail.latest(sorted(gained))
+        for partition in sorted(gained):
+            snap = found.get(partition)
+            before = timeline.next_offsets().get((timeline.input_topic, partition), 0)
+            if snap is not None and timeline.adopt(snap):  # on the event loop, between two batches
+                print(f"timeline agent: partition {partition} of {timeline.input_topic} from the snapshot at offset "
+                      f"{snap.next_offset} (written by {snap.writer or '?'}: {len(snap.facts)} segments, "
+                      f"{len(snap.recent_ids)} recent ids), not from offset {before}", flush=True)
+            else:
+                print(f"timeline agent: partition {partition} of {timeline.input_topic}: no snapshot ahead of the "
+                      f"store; folding from the store's offset {before}", flush=True)
+
+    return adopt_gained
 
 
 def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor, observe: Observe | None = None,
@@ -346,6 +387,12 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         stack.callback(lb_producer.flush)
         stack.callback(tl_producer.flush)
         timeline = TimelineAgent(tl_store, topics, tl_producer)
+        snapshot_policy = SnapshotPolicy.from_env()
+        snapshot_tail = None
+        if snapshot_policy is not None:  # per-partition snapshots on `snapshots` (docs/workers.md)
+            timeline.enable_snapshots(snapshot_policy, tl_producer, me.worker_id)
+            snapshot_tail = SnapshotTail(bootstrap, topics).start()
+            stack.callback(snapshot_tail.close)
         print(f"timeline agent resumes at {_resume_text(timeline.next_offsets())}"
               f"{' (store wiped: older format)' if tl_store.wiped else ''}", flush=True)
         lockbox = LockboxAgent(lb_store, topics, lb_producer)
@@ -376,7 +423,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         stack.callback(observer.close)
         planner_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner")
         app = build_app(bootstrap, topics, timeline, lockbox, None, plan_every_s, heap, observer,
-                        upserts=upserts, me=me, planner_pool=planner_pool)
+                        upserts=upserts, me=me, planner_pool=planner_pool, snapshot_tail=snapshot_tail)
         print(f"worker {me.worker_id}: group instance {me.instance_id(app.conf.id)}; the planner runs on the "
               f"worker elected through {election_topic(topics)}", flush=True)
         feed = PlannerFeed(bootstrap, planner, pl_producer, planner_pool, SHUTDOWN, worker_id=me.worker_id,

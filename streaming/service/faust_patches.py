@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -110,14 +110,19 @@ def short_fetch_wait(app: Any) -> None:
     thread._create_worker_consumer = build_with_short_wait
 
 
-def position_from_store(app: Any, stored: dict[str, list[StoredOffsets]]) -> None:
+def position_from_store(app: Any, stored: dict[str, list[StoredOffsets]],
+                        prepare: Callable[[set[tuple[str, int]]], Awaitable[None]] | None = None) -> None:
     """Make Faust's post-assignment seek go to the stored offsets (or the beginning), not Kafka's commits.
 
     ``stored`` maps each input topic to the stored next offsets of every agent reading it; a partition is
-    positioned at the lowest of them (the beginning when any agent never applied it)."""
+    positioned at the lowest of them (the beginning when any agent never applied it). ``prepare`` gets the
+    assigned (topic, partition)s first (the timeline agent adopts snapshots of the partitions it gained there,
+    which moves its stored offsets)."""
     consumer = app.consumer
 
     async def seek_to_stored() -> dict[Any, int]:
+        if prepare is not None:
+            await prepare({(tp.topic, tp.partition) for tp in consumer.assignment()})
         offsets = {topic: [read() for read in readers] for topic, readers in stored.items()}
         positions: dict[Any, int] = {}
         for tp in sorted(consumer.assignment()):

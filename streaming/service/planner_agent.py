@@ -125,7 +125,13 @@ from typing import Any
 
 from coordinator.locks.seal import seal_event, use_refusal
 from coordinator.placement import codec
-from coordinator.placement.liveness import DEFAULT_SERVER_TIMEOUT_MS, server_lost, silent_servers, unannounce_departed
+from coordinator.placement.liveness import (
+    DEFAULT_SERVER_TIMEOUT_MS,
+    server_lost,
+    silent_servers,
+    unannounce_departed,
+    unannounce_not_joined,
+)
 from coordinator.placement.projected import command_id
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS
 from coordinator.placement.state import PlacementState, Touched
@@ -254,6 +260,12 @@ class PlannerAgent:
                     touched.merge(self.state.evolve(unannounce))
                     batch.mark_applied(unannounce.event_id)
                     c.emitted += 1
+            stale = unannounce_not_joined(self.state, env)  # an announce by a server that has not (re-)joined
+            if stale is not None:
+                self.sink.send(stale)
+                touched.merge(self.state.evolve(stale))
+                batch.mark_applied(stale.event_id)
+                c.emitted += 1
             if logical == COMMANDS:
                 continue  # the log's copy of a command: folded, never a trigger (it was planned already)
             batch.mark_applied(env.event_id, rec.timestamp_ms)

@@ -25,22 +25,41 @@ A crash anywhere before 4 leaves the store at the previous batch: the restart
 re-reads from its offsets and re-emits identical records. After an exception
 from :meth:`process` the in-memory fold is ahead of the store: discard the
 agent and build a new one from the store (the worker exits and is restarted).
+
+**Per-partition snapshots** (docs/workers.md). The store remembers the input
+partition of every data source (``part/<dataSource>``: ``segments`` is keyed by
+data source and the fold is per data source, so a partition's state is that of
+its data sources). With :meth:`enable_snapshots`, after a batch's commit (its
+outputs are acknowledged by then) :meth:`write_snapshots` writes each partition
+the policy says is due to ``snapshots`` (:mod:`coordinator.timeline.snapshot`):
+its state after every record below its stored next offset, plus the ids of the
+last events applied in it. :meth:`adopt` installs such a snapshot when it is
+ahead of the store for its partition: the partition's data sources are replaced
+by the snapshot's, its next offset becomes the snapshot's and its recent ids
+count as applied, in ONE write batch. The worker then folds only the tail from
+that offset; the tail's outputs carry the ids and bytes the previous owner's had
+(position-derived ids, the same fold), so consumers drop what was sent already.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
 
 import orjson
 
 from coordinator.locks.seal import use_refusal
+from coordinator.timeline.facts import all_facts, known_ids
+from coordinator.timeline.snapshot import PartitionSnapshot, encode_snapshot, restore_partition, take_snapshot
 from coordinator.timeline.timelines import Timelines
 from events.envelope import Envelope
 from events.ids import derived_event_id
 from events.instant import format_instant
 from events.schema import EventValidationError, Instant
 from events.segment import SegmentId
-from events.topics import SEGMENTS, TIMELINE, Topics
+from events.topics import SEGMENTS, SNAPSHOTS, TIMELINE, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
 from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, prior_ids, seen_in
@@ -57,9 +76,20 @@ from streaming.service.timeline_facts import (
     touched_ids,
     unrecorded_ids,
 )
+from streaming.service.timeline_snapshots import MAX_SNAPSHOT_BYTES, SnapshotPolicy
 
-FORMAT_VERSION = "timeline-agent/2"  # 2: only used segments take part (an announce alone is never served)
+FORMAT_VERSION = "timeline-agent/3"  # 2: part/<dataSource> (per-partition snapshots); 3: only used segments take part
 STORE_NAME = "timeline"
+PART_PREFIX = b"part/"
+ADOPTED_PREFIX = b"adopted/"  # adopted/<partition> -> {"offset", "writer", "read"}: the snapshot, records read since
+
+log = logging.getLogger("segcoord.service")
+
+
+class RawSink(Sink):
+    """A sink that also takes raw records (an :class:`~streaming.producer.EventProducer`): the snapshots."""
+
+    def send_raw(self, topic: str, key: bytes | None, value: bytes | None) -> None: ...
 
 
 class TimelineAgent:
@@ -75,6 +105,23 @@ class TimelineAgent:
         self.counters = AgentCounters()
         self.timelines = load_timelines(store)
         self._next = store.offsets()
+        self.partition_of: dict[str, int] = {k[len(PART_PREFIX):].decode(): int(v)
+                                             for k, v in store.scan(PART_PREFIX)}
+        self.snapshot_policy: SnapshotPolicy | None = None
+        self._snapshot_sink: RawSink | None = None
+        self.writer = ""
+        self.clock: Callable[[], float] = time.monotonic
+        self._recent: dict[int, deque[str]] = {}  # partition -> ids of the last events applied in it
+        self._since: dict[int, int] = {}  # partition -> events applied since its last snapshot
+        self._last_snapshot: dict[int, float] = {}  # partition -> clock of its last snapshot (or first apply)
+        self.snapshots_written = 0
+        #: partition -> {"offset": the adopted snapshot's, "writer": its writer, "read": records read after it}
+        self.adopted: dict[int, dict[str, object]] = {int(k[len(ADOPTED_PREFIX):]): orjson.loads(v)
+                                                      for k, v in store.scan(ADOPTED_PREFIX)}
+
+    def enable_snapshots(self, policy: SnapshotPolicy, sink: RawSink, writer: str) -> None:
+        """Write each partition's snapshot to ``snapshots`` as ``policy`` says (``writer``: this worker's id)."""
+        self.snapshot_policy, self._snapshot_sink, self.writer = policy, sink, writer
 
     def next_offsets(self) -> dict[tuple[str, int], int]:
         """Where to resume each partition applied so far (absent partitions: from the beginning)."""
@@ -88,7 +135,11 @@ class TimelineAgent:
         c = self.counters
         prior = prior_ids(records, self._next, self.store)
         send_raw = getattr(self.sink, "send_raw", None)  # a producer: outputs go as bytes (change_value)
+        tail_read: dict[int, int] = {}
         for rec in records:
+            if self.adopted and rec.partition in self.adopted and rec.offset >= self._next.get(
+                    (rec.topic, rec.partition), -1):
+                tail_read[rec.partition] = tail_read.get(rec.partition, 0) + 1
             env = admit(rec, SEGMENTS, self._next, batch, c, self._dead_letter)
             if env is None or seen_in(env, batch, prior, c):
                 continue
@@ -108,6 +159,7 @@ class TimelineAgent:
             for sid in learned:
                 batch.put(ID_PREFIX + str(sid).encode(), id_key(sid))
             touched.update(dict.fromkeys(sids))
+            self._note_partition(batch, rec.partition, env.event_id, sids, learned)
             for i, change in enumerate(changes):
                 sid = change.segment_id
                 states[sid] = change.new
@@ -122,9 +174,107 @@ class TimelineAgent:
                     self.sink.send(Envelope(out, event_id, env.occurred_at, sid.data_source, env.event_id))
                 c.emitted += 1
         self._stage_facts(batch, touched, states)
+        for p, n in tail_read.items():  # how much of the log a partition adopted from a snapshot cost to read
+            info = self.adopted[p] = {**self.adopted[p], "read": int(self.adopted[p]["read"]) + n}  # type: ignore[call-overload]
+            batch.put(ADOPTED_PREFIX + str(p).encode(), orjson.dumps(info))
         self.sink.flush()
         self.store.commit(batch)
         c.batches += 1
+        if self.snapshot_policy is not None:
+            self.write_snapshots()
+
+    def _note_partition(self, batch: StoreBatch, partition: int, event_id: str, sids: list[SegmentId],
+                        learned: list[SegmentId]) -> None:
+        """Remember the partition of the event's data sources, its id among the partition's recent ones."""
+        for ds in {sid.data_source for sid in sids} | {sid.data_source for sid in learned}:
+            if self.partition_of.get(ds) != partition:
+                self.partition_of[ds] = partition
+                batch.put(PART_PREFIX + ds.encode(), str(partition).encode())
+        if self.snapshot_policy is None:
+            return
+        recent = self._recent.get(partition)
+        if recent is None:
+            recent = self._recent[partition] = deque(maxlen=self.snapshot_policy.recent_ids)
+            self._last_snapshot.setdefault(partition, self.clock())
+        recent.append(event_id)
+        self._since[partition] = self._since.get(partition, 0) + 1
+
+    def snapshot(self, partition: int) -> PartitionSnapshot:
+        """The committed state of ``partition``: its data sources' facts and ids after its stored next offset."""
+        sources = {ds for ds, p in self.partition_of.items() if p == partition}
+        return take_snapshot(self.timelines, sources, SEGMENTS, partition,
+                             self._next.get((self.input_topic, partition), 0),
+                             tuple(self._recent.get(partition, ())), self.writer)
+
+    def write_snapshots(self, force: bool = False) -> int:
+        """Send (and flush) the snapshot of every partition due (every one applied to, with ``force``); call it
+        after a commit, so each covers only outputs already acknowledged. Returns the number written."""
+        policy, sink = self.snapshot_policy, self._snapshot_sink
+        if policy is None or sink is None:
+            return 0
+        now = self.clock()
+        due = [p for p, n in sorted(self._since.items()) if n > 0 and (
+            force or n >= policy.every_records or (now - self._last_snapshot.get(p, now)) * 1000 >= policy.every_ms)]
+        written = 0
+        for p in due:
+            snap = self.snapshot(p)
+            data = encode_snapshot(snap)
+            self._since[p], self._last_snapshot[p] = 0, now
+            if len(data) > MAX_SNAPSHOT_BYTES:
+                log.warning("timeline snapshot of partition %d not written: %d bytes (limit %d); a worker gaining "
+                            "it replays the log", p, len(data), MAX_SNAPSHOT_BYTES)
+                continue
+            sink.send_raw(self.topics.name(SNAPSHOTS), snap.key, data)
+            written += 1
+        if written:
+            try:
+                sink.flush()
+            except Exception as e:  # a snapshot only saves work: the log stays the truth, a later one may go
+                log.warning("timeline snapshots of partitions %s not written: %s", due, e)
+                return 0
+            self.snapshots_written += written
+        return written
+
+    def adopt(self, snapshot: PartitionSnapshot) -> bool:
+        """Install ``snapshot`` when it is ahead of the store for its partition (see the module docstring); the
+        agent's store then resumes that partition at the snapshot's offset. Returns whether it was installed."""
+        p, tp = snapshot.partition, (self.input_topic, snapshot.partition)
+        if snapshot.next_offset <= self._next.get(tp, 0):
+            return False
+        old = {ds for ds, q in self.partition_of.items() if q == p} | snapshot.data_sources
+        batch = self.store.batch()
+        for sid in all_facts(self.timelines, old):  # what the store holds of them now goes
+            batch.delete(SEG_PREFIX + id_key(sid))
+            batch.delete(STATE_PREFIX + id_key(sid))
+        for text, _ in known_ids(self.timelines, old):
+            batch.delete(ID_PREFIX + text.encode())
+        for ds in sorted(old):
+            if self.partition_of.pop(ds, None) is not None:
+                batch.delete(PART_PREFIX + ds.encode())
+        restore_partition(self.timelines, snapshot, old)
+        for sid, facts in snapshot.facts:
+            batch.put(SEG_PREFIX + id_key(sid), facts.to_bytes())
+            state = self.timelines.timeline(sid.data_source).state(sid)
+            if state != "absent":
+                batch.put(STATE_PREFIX + id_key(sid), state.encode())
+        for text, sid in snapshot.known_ids:
+            batch.put(ID_PREFIX + text.encode(), id_key(sid))
+        for ds in sorted(snapshot.data_sources):
+            self.partition_of[ds] = p
+            batch.put(PART_PREFIX + ds.encode(), str(p).encode())
+        for event_id in snapshot.recent_ids:
+            if not self.store.applied(event_id) and not batch.applied(event_id):
+                batch.mark_applied(event_id)
+        batch.set_offset(self.input_topic, p, snapshot.next_offset)
+        info: dict[str, object] = {"offset": snapshot.next_offset, "writer": snapshot.writer, "read": 0}
+        batch.put(ADOPTED_PREFIX + str(p).encode(), orjson.dumps(info))
+        self.store.commit(batch)
+        self._next[tp] = snapshot.next_offset
+        if self.snapshot_policy is not None:
+            self._recent[p] = deque(snapshot.recent_ids, maxlen=self.snapshot_policy.recent_ids)
+        self._since[p], self._last_snapshot[p] = 0, self.clock()
+        self.adopted[p] = info
+        return True
 
     def _stage_facts(self, batch: StoreBatch, touched: dict[SegmentId, None],
                      states: dict[SegmentId, SegmentState]) -> None:

@@ -25,7 +25,19 @@ version counts once its segment is *visible*, never from its publish.
   the table's schedule (:func:`consolidation_due`).
 
 Decisions are taken at ``now`` = the latest event time applied after a batch,
-and by :meth:`tick` at the shell's clock (never earlier than that). The agent
+and by :meth:`tick` at the shell's clock (never earlier than that).
+
+**Only for what this worker owns.** Several workers run this agent, each on its
+partitions; a worker keeps the state of a partition it has lost (it resumes from
+it if the partition comes back), so without a check its timer would go on
+deciding cleanup and consolidations for tables another worker now owns. The
+agent remembers the partition each input key last came from (``src/`` entries:
+a data source on ``segments`` / ``timeline``, ``upserts/<table>`` on ``cluster``)
+and, when ``owned`` is set (``segcoord run`` sets it to the consumer's current
+assignment), decides a ``segments_marked_unused`` only while it owns the
+``segments`` partition of its data source, and a ``consolidation_requested``
+only while it owns the ``cluster`` partition of its table; the rest stays due
+for the owner. Without ``owned`` (one process, the tests) it decides for all. The agent
 folds each decision it emits at once and marks its id applied, so reading it
 back changes nothing; replay folds the decision itself, never a clock.
 
@@ -48,7 +60,7 @@ upsert table that cannot hold) goes to ``deadletter`` with the reason.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -66,7 +78,7 @@ from events.registry import Event
 from events.schema import Instant, decode_record, encode_record
 from events.segments import SegmentsMarkedUnused
 from events.topics import CLUSTER, SEGMENTS, TIMELINE, UPSERT_STRATEGY, Topics
-from events.upserts import UpsertTableSet
+from events.upserts import ConsolidationRequested, UpsertTableSet
 from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, admit, dead_letter_of, prior_ids, seen_in
 from streaming.service.state import AgentStateStore, StoreBatch
@@ -139,6 +151,12 @@ class UpsertAgent:
         self.batches_since_start = 0
         self.last_batch_size = 0
         self.strategies_written = 0
+        #: (topic, key) -> the partition its last record came from (see "Only for what this worker owns")
+        self.sources: dict[tuple[str, str], int] = {
+            (t.decode(), k.decode()): int(v) for (t, _, k), v in
+            ((raw[len(b"src/"):].partition(b"\x00"), v) for raw, v in store.scan(b"src/"))}
+        #: the (topic, partition)s this worker owns now; None: all (one worker)
+        self.owned: Callable[[], Collection[tuple[str, int]]] | None = None
 
     def next_offsets(self) -> dict[tuple[str, int], int]:
         return dict(self._next)
@@ -174,6 +192,9 @@ class UpsertAgent:
             batch.mark_applied(env.event_id)
             c.applied += 1
             last = (rec, env.event_id)
+            if rec.key is not None and self.sources.get((rec.topic, rec.key.decode())) != rec.partition:
+                self.sources[(rec.topic, rec.key.decode())] = rec.partition
+                batch.put(b"src/" + rec.topic.encode() + b"\x00" + rec.key, str(rec.partition).encode())
         if last is not None:
             rec, cause = last
             decided = self._decide(self.state.last_event_at)
@@ -217,7 +238,28 @@ class UpsertAgent:
         st = self.state
         out: list[Event] = [req for t in sorted(st.tables) if (req := consolidation_due(st, t, now)) is not None]
         out.extend(cleanup_due(st, now))
-        return out
+        if self.owned is None:
+            return out
+        owned = set(self.owned())
+        return [e for e in out if self.owns(e, owned)]
+
+    def owns(self, decision: Event, owned: Collection[tuple[str, int]]) -> bool:
+        """Whether this worker owns the partition a decision belongs to: a ``segments_marked_unused`` the
+        ``segments`` partition its data source's records came from, a ``consolidation_requested`` the ``cluster``
+        partition of its table's records (a key whose source is not recorded, from a store older than the
+        ``src/`` entries: owned, as before)."""
+        key: str | None
+        if isinstance(decision, SegmentsMarkedUnused):  # one per data source (cleanup_due)
+            topic, first = self.topics.name(SEGMENTS), decision.segment_ids[0]
+            held = self.state.held.get(first)
+            key = held.data_source if held is not None else self.state.rejected.get(first, (None,))[0]
+        elif isinstance(decision, ConsolidationRequested):
+            topic, key = self.topics.name(CLUSTER), partition_key(decision)
+        else:
+            return True
+        partition = None if key is None else self.sources.get((topic, key))
+        # a key with no source recorded comes from a store written before sources were: decided as before
+        return partition is None or (topic, partition) in owned
 
     def _emit(self, decided: list[Event], now: int, position: tuple[str, int, int], cause: str | None,
               batch: StoreBatch) -> set[str]:

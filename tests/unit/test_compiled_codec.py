@@ -124,3 +124,41 @@ def test_decode_record_keeps_the_callers_path_in_errors() -> None:
         decode_record(SegmentDescriptor, {"dataSource": "ds", "interval": "2026-01-01/P1D", "version": ""},
                       "segments[3]")
     assert str(info.value) == "segments[3].version: must not be empty (got '')"
+
+
+def test_a_type_compiled_on_one_thread_is_waited_for_by_another() -> None:
+    """A worker encodes on its event loop and on its planner thread: the second thread asking for a type whose
+    compilation the first has begun waits for it (it used to call the placeholder and recurse until
+    RecursionError, which killed the timeline agent of a worker)."""
+    import threading
+    from dataclasses import dataclass
+
+    from events import compiled
+    from events.schema import wire
+
+    @dataclass(frozen=True, slots=True)
+    class Fresh:
+        name: str = wire("name")
+
+    started, release = threading.Event(), threading.Event()
+    real = compiled._function
+
+    def slow(src, name):  # type: ignore[no-untyped-def]
+        started.set()
+        release.wait(10)
+        return real(src, name)
+
+    compiled._function = slow  # type: ignore[assignment]
+    try:
+        first = threading.Thread(target=compiled.compile_encoder, args=(Fresh,))
+        first.start()
+        assert started.wait(10)
+        out: list[object] = []
+        second = threading.Thread(target=lambda: out.append(compiled.compile_encoder(Fresh)(Fresh("x"))))
+        second.start()
+        release.set()
+        first.join(10)
+        second.join(10)
+    finally:
+        compiled._function = real  # type: ignore[assignment]
+    assert out == [{"name": "x"}]

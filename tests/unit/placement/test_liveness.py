@@ -142,3 +142,42 @@ def test_a_lost_server_that_joins_and_announces_again_serves_again() -> None:
         assert fold.timelines.states() == {str(SEG.id): "visible"}
         assert run.agent.state.servers["h1"].joined and SEG.id in run.agent.state.held["h1"]
         assert run.agent.state.last_heard["h1"] == T0 + 41_000
+
+
+def test_an_announce_read_after_server_lost_does_not_count_until_the_server_joins_again() -> None:
+    """Druid: a server must re-join before its announces count. The dead server's last announce, read after its
+    ``server_lost``, is not held and is unannounced on ``segments``; replay agrees with the live planner."""
+    seg2 = POOL[1]
+    with tempfile.TemporaryDirectory() as tmp, AgentStateStore(Path(tmp) / "p", FORMAT_VERSION) as store:
+        run = Run(store)
+        run.feed([*_cluster(), through_lockbox(_env(SegmentsPublished(task_id="t2", segments=(seg2,)), "p2", T0,
+                                                    "wiki"))])
+        run.feed(run.sink.take())
+        lost = _env(ServerLost(server="h1", last_heard_at=T0 + 1000, server_timeout_millis=TIMEOUT), "lost",
+                    T0 + 40_000, "h1")
+        after = run.feed([lost])
+        late = _env(SegmentAnnounced(server="h1", segment=seg2), "late", T0 + 39_000, "wiki")
+        out = run.feed([*after, late])
+        stale = [e for e in out if isinstance(e.event, SegmentUnannounced)]
+        assert [(e.event.server, e.event.segment_id, e.event.reason, e.causation_id)  # type: ignore[attr-defined]
+                for e in stale] == [("h1", str(seg2.id), "server_not_joined", "late")]
+        assert seg2.id not in run.agent.state.held.get("h1", set())
+        assert not [e for e in run.feed(out) if isinstance(e.event, SegmentUnannounced)]  # read back: nothing new
+        fold = run.replay()
+        assert fold.timelines.states()[str(seg2.id)] != "visible"  # the timeline does not show h1 serving it
+        assert "h1" not in fold.timelines.timeline("wiki").servers(seg2.id)
+        assert {n: sorted(map(str, s)) for n, s in run.agent.state.held.items() if s} == \
+            {n: sorted(map(str, s)) for n, s in fold.placement.held.items() if s}
+        # the same decision again (a restart re-reading the announce) has the same id
+        from coordinator.placement.liveness import unannounce_not_joined
+        again = unannounce_not_joined(run.agent.state, late)
+        assert again is not None and again.event_id == stale[0].event_id
+        # once h1 joins again, its announce counts
+        run.feed([_env(ServerJoined(server="h1", tier="_default_tier", max_size_bytes=10_000), "j1b", T0 + 41_000,
+                       "h1"),
+                  _env(SegmentAnnounced(server="h1", segment=seg2), "a2b", T0 + 41_500, "wiki")])
+        assert seg2.id in run.agent.state.held["h1"]
+        fold = run.replay()
+        assert "h1" in fold.timelines.timeline("wiki").servers(seg2.id)
+        assert {n: sorted(map(str, s)) for n, s in run.agent.state.held.items() if s} == \
+            {n: sorted(map(str, s)) for n, s in fold.placement.held.items() if s}

@@ -172,3 +172,32 @@ def test_a_table_that_cannot_hold_is_dead_lettered_with_its_reason(tmp_path: Pat
         agent.process(records(bad))
         [dead] = [decode(b) for b in sink.sent]
         assert "payload.primaryDataSource: must differ" in dead.event.reason  # type: ignore[attr-defined]
+
+
+def test_the_timer_acts_only_for_partitions_the_worker_owns_now(tmp_path: Path) -> None:
+    """A worker keeps the state of a partition it lost; its timer must leave that partition's cleanup (and the
+    table's consolidations) to the new owner, and act again once the partition is back, also after a restart."""
+    log = Log()
+    log.add(table_set(grace_ms=60_000))
+    old = log.reingest("2021-01-01", part("a", "2021-01-01", "v1"))
+    log.reingest("2021-01-01", part("a", "2021-01-01", "v2"))
+    recs = records(log)
+    everything = {(r.topic, r.partition) for r in recs}
+    lost_segments = everything - {(TOPICS.name(SEGMENTS), 0)}
+    with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
+        sink = ListSink()
+        agent = UpsertAgent(store, TOPICS, sink)
+        agent.owned = lambda: everything
+        agent.process(recs)
+        assert sink.sent == []  # stale, but not for the grace period yet
+        agent.owned = lambda: lost_segments  # the segments partition went to another worker
+        assert agent.tick(10**13) == 0 and sink.sent == []
+        agent.owned = lambda: set()
+        assert agent.tick(10**13) == 0
+    with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:  # a restart remembers where keys came from
+        agent = UpsertAgent(store, TOPICS, sink)
+        agent.owned = lambda: lost_segments
+        assert agent.tick(10**13) == 0
+        agent.owned = lambda: everything  # the partition came back
+        assert agent.tick(10**13) == 1
+        assert [decode(b).event.segment_ids for b in sink.sent] == [(str(old.id),)]  # type: ignore[attr-defined]

@@ -1,0 +1,141 @@
+"""The facts a timeline fold is a function of, per segment, and the fold rebuilt from them.
+
+A segment's states are a pure function of the used segments and the online map (docs/timeline.md), so the
+facts kept per known segment are exactly those: its descriptor (the one the timeline holds: a published
+descriptor wins over an announced one), whether it is used, and the servers announcing it; plus every
+segment id text the fold has learned (:class:`~coordinator.timeline.timelines.Timelines` resolves id texts in
+``unannounce`` / ``markUnused`` events against those first, so a restore must know the same texts, even of
+segments since forgotten). :func:`restore` rebuilds a ``Timelines`` from them with ``Timeline.build``; states
+after a restore equal those of the incremental fold (the timeline's "bulk equals incremental" property), and
+so do the changes every later event gives.
+
+This module is the one place that reads ``Timelines`` / ``Timeline`` internals (``_by_source``, ``_ids``,
+``_used``): the agent's store (:mod:`streaming.service.timeline_facts`) and the per-partition snapshots
+(:mod:`coordinator.timeline.snapshot`) both go through it.
+
+>>> from events import Interval, SegmentDescriptor, SegmentsPublished, SegmentAnnounced
+>>> s = SegmentDescriptor("wiki", Interval.parse("2026-01-01/P1D"), "v1", 0, 1)
+>>> tls = Timelines()
+>>> _ = tls.apply(SegmentsPublished(task_id="t", segments=(s,)))
+>>> _ = tls.apply(SegmentAnnounced(server="h1", segment=s))
+>>> facts = all_facts(tls)
+>>> facts[s.id].used, facts[s.id].servers
+(True, ('h1',))
+>>> restore(facts.items(), known_ids(tls, {"wiki"})).states() == tls.states()
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+import orjson
+
+from coordinator.timeline.timeline import Timeline
+from coordinator.timeline.timelines import Timelines
+from events.interval import Interval
+from events.schema import decode_record, encode_record
+from events.segment import SegmentDescriptor, SegmentId
+from events.visibility import SegmentState
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFacts:
+    """What the timeline knows of one segment: descriptor, used or not, servers announcing it (sorted)."""
+
+    segment: SegmentDescriptor
+    used: bool
+    servers: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"segment": encode_record(self.segment), "used": self.used, "servers": list(self.servers)}
+
+    @staticmethod
+    def from_json(obj: dict[str, object], path: str = "facts") -> SegmentFacts:
+        """Raises EventValidationError naming ``path`` and the field for a descriptor that does not decode."""
+        servers = obj["servers"]
+        assert isinstance(servers, list)
+        return SegmentFacts(decode_record(SegmentDescriptor, obj["segment"], f"{path}.segment"), bool(obj["used"]),
+                            tuple(str(s) for s in servers))
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(self.to_json())
+
+    @staticmethod
+    def from_bytes(data: bytes) -> SegmentFacts:
+        return SegmentFacts.from_json(orjson.loads(data))
+
+
+def id_key(sid: SegmentId) -> bytes:
+    """The unambiguous key of a segment id: JSON ``[dataSource, startMs, endMs, version, partitionId]``."""
+    return orjson.dumps([sid.data_source, sid.interval.start, sid.interval.end, sid.version, sid.partition_id])
+
+
+def parse_id_key(data: bytes) -> SegmentId:
+    ds, start, end, version, partition = orjson.loads(data)
+    return SegmentId(ds, Interval(start, end), version, partition)
+
+
+def facts_of(timelines: Timelines, sid: SegmentId) -> SegmentFacts | None:
+    """The facts of one segment now, or None when the timeline no longer knows it."""
+    tl = timelines._by_source.get(sid.data_source)
+    seg = None if tl is None else tl.segment(sid)
+    if tl is None or seg is None:
+        return None
+    return SegmentFacts(seg, sid in tl._used, tuple(sorted(tl.servers(sid))))
+
+
+def all_facts(timelines: Timelines, data_sources: Collection[str] | None = None) -> dict[SegmentId, SegmentFacts]:
+    """Every known segment's facts (of ``data_sources`` only, when given), in segment id order."""
+    out: dict[SegmentId, SegmentFacts] = {}
+    for ds in timelines.data_sources():
+        if data_sources is not None and ds not in data_sources:
+            continue
+        tl = timelines._by_source[ds]
+        for sid in sorted(set(tl._used) | set(tl._servers), key=_order):  # a key: dataclass __lt__ is slow
+            facts = facts_of(timelines, sid)
+            if facts is not None:
+                out[sid] = facts
+    return out
+
+
+def _order(sid: SegmentId) -> tuple[int, int, str, int]:
+    """Segment id order within a data source (as ``SegmentId``'s own: interval, version, partition)."""
+    return sid.interval.start, sid.interval.end, sid.version, sid.partition_id
+
+
+def all_states(timelines: Timelines) -> dict[SegmentId, SegmentState]:
+    return {sid: st for ds in timelines.data_sources() for sid, st in timelines.timeline(ds).states().items()}
+
+
+def known_ids(timelines: Timelines, data_sources: Collection[str]) -> list[tuple[str, SegmentId]]:
+    """The id texts the fold has learned for segments of ``data_sources``, by text."""
+    return sorted((text, sid) for text, sid in timelines._ids.items() if sid.data_source in data_sources)
+
+
+def restore(facts: Iterable[tuple[SegmentId, SegmentFacts]], known: Iterable[tuple[str, SegmentId]],
+            into: Timelines | None = None) -> Timelines:
+    """A Timelines equal in states (and in id resolution) to the fold that produced these facts. With ``into``,
+    the data sources of ``facts`` are rebuilt in that Timelines (the others are kept) and the ids are added."""
+    used: dict[str, list[SegmentDescriptor]] = {}
+    online: dict[str, dict[SegmentId, tuple[SegmentDescriptor, tuple[str, ...]]]] = {}
+    for sid, f in facts:
+        if f.used:
+            used.setdefault(sid.data_source, []).append(f.segment)
+        if f.servers:
+            online.setdefault(sid.data_source, {})[sid] = (f.segment, f.servers)
+    timelines = into if into is not None else Timelines()
+    for ds in sorted(set(used) | set(online)):
+        timelines._by_source[ds] = Timeline.build(ds, used.get(ds, ()), online.get(ds, {}))
+    for text, sid in known:
+        timelines._ids[text] = sid
+    return timelines
+
+
+def forget_sources(timelines: Timelines, data_sources: Collection[str]) -> None:
+    """Drop every data source of ``data_sources`` from the fold: its timeline and the id texts it learned."""
+    for ds in data_sources:
+        timelines._by_source.pop(ds, None)
+    for text in [t for t, sid in timelines._ids.items() if sid.data_source in data_sources]:
+        del timelines._ids[text]

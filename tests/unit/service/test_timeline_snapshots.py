@@ -1,0 +1,150 @@
+"""The timeline agent's per-partition snapshots on real RocksDB stores, without a broker.
+
+Worker A owns partition 0 and writes snapshots of it; worker B owns partition 1. A stops (SIGKILL: nothing
+after its last commit); B gains partition 0, adopts A's latest snapshot and folds only the tail from its
+offset. What a user would notice is checked: B's output for the tail has the ids and bytes A's had for the
+records A also did, the deduplicated output of both equals the pure fold of the log, B's states equal the
+pure fold's, and B read the tail only. A restart of B keeps all of it.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from coordinator.timeline.snapshot import decode_snapshot
+from events import Envelope, Topics, encode
+from events.registry import Event
+from events.topics import SEGMENTS, SNAPSHOTS, TIMELINE
+from streaming.service.intake import InputRecord
+from streaming.service.state import AgentStateStore
+from streaming.service.timeline_agent import FORMAT_VERSION, TimelineAgent
+from streaming.service.timeline_facts import all_facts, all_states
+from streaming.service.timeline_snapshots import SnapshotPolicy
+from tests.integration.test_service_timeline import Raw, pure_fold, segment_stream
+
+TOPICS = Topics("unit.")
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.snapshots: dict[bytes, bytes] = {}
+
+    def send(self, envelope: Envelope[Event]) -> None:
+        self.sent.append(encode(envelope))
+
+    def send_raw(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        assert key is not None and value is not None
+        if topic == TOPICS.name(TIMELINE):  # a visibility change, as bytes (the same as ``encode``)
+            self.sent.append(value)
+            return
+        assert topic == TOPICS.name(SNAPSHOTS)
+        self.snapshots[key] = value  # compacted: the latest per key
+
+    def flush(self, timeout: float = 30.0) -> None:
+        pass
+
+
+def log_of(n: int) -> list[InputRecord]:
+    """A seeded stream, data sources ds0, ds2, ds4 on partition 0 and the others on 1, with its positions."""
+    events = segment_stream(random.Random(7), n)
+    offsets = [0, 0]
+    out = []
+    for e in events:
+        p = int(e.key[2:]) % 2
+        out.append(InputRecord(TOPICS.name(SEGMENTS), p, offsets[p], e.key.encode(), encode(e)))
+        offsets[p] += 1
+    return out
+
+
+def feed(agent: TimelineAgent, records: list[InputRecord], size: int = 37) -> None:
+    resume = agent.next_offsets()
+    pending = [r for r in records if r.offset >= resume.get((r.topic, r.partition), 0)]
+    for i in range(0, len(pending), size):
+        agent.process(pending[i:i + size])
+
+
+@pytest.mark.parametrize("kill_after", [250, 611])
+def test_a_gained_partition_resumes_from_the_snapshot_and_the_tail_exactly(tmp_path: Path, kill_after: int) -> None:
+    log = log_of(1500)
+    p0 = [r for r in log if r.partition == 0]
+    p1 = [r for r in log if r.partition == 1]
+    policy = SnapshotPolicy(every_records=100, every_ms=10**9)
+    a_sink, b_sink = Sink(), Sink()
+    with AgentStateStore(tmp_path / "a", FORMAT_VERSION) as a_store:
+        a = TimelineAgent(a_store, TOPICS, a_sink)
+        a.enable_snapshots(policy, a_sink, "A")
+        feed(a, p0[:kill_after])
+    snap = decode_snapshot(a_sink.snapshots[b"timeline/0"])
+    assert 0 < snap.next_offset <= kill_after and snap.writer == "A"
+    assert kill_after - snap.next_offset < 100 + 37  # the latest snapshot is at most one policy step behind
+
+    with AgentStateStore(tmp_path / "b", FORMAT_VERSION) as b_store:
+        b = TimelineAgent(b_store, TOPICS, b_sink)
+        b.enable_snapshots(policy, b_sink, "B")
+        feed(b, p1)
+        assert b.adopt(snap) and not b.adopt(snap)  # a snapshot not ahead of the store is not adopted
+        assert b.next_offsets()[(TOPICS.name(SEGMENTS), 0)] == snap.next_offset
+        feed(b, p0)
+        assert b.adopted[0] == {"offset": snap.next_offset, "writer": "A", "read": len(p0) - snap.next_offset}
+
+    expected = pure_fold([Raw(r.topic, r.partition, r.offset, r.key, r.value) for r in log])
+    first: dict[str, bytes] = {}
+    for raw in a_sink.sent + b_sink.sent:  # what consumers of `timeline` see, deduplicated by id
+        from events import decode
+
+        assert first.setdefault(decode(raw).event_id, raw) == raw, "a re-emitted change differs"
+    assert sorted(first.values()) == sorted(encode(e) for e in expected.outputs)
+    overlap = set(decode_ids(a_sink.sent)) & set(decode_ids(b_sink.sent))
+    assert overlap or kill_after == snap.next_offset  # B re-sent what A sent after its snapshot, same bytes
+
+    with AgentStateStore(tmp_path / "b", FORMAT_VERSION) as b_store:  # a restart of B
+        b = TimelineAgent(b_store, TOPICS, Sink())
+        assert all_states(b.timelines) == all_states(expected.timelines)
+        assert all_facts(b.timelines) == all_facts(expected.timelines)
+        assert b.adopted[0]["read"] == len(p0) - snap.next_offset
+        assert b.partition_of == {"ds0": 0, "ds2": 0, "ds4": 0, "ds1": 1, "ds3": 1, "ds5": 1}
+
+
+def decode_ids(raws: list[bytes]) -> list[str]:
+    from events import decode
+
+    return [decode(r).event_id for r in raws]
+
+
+def test_snapshots_are_due_by_count_or_by_time(tmp_path: Path) -> None:
+    log = [r for r in log_of(400) if r.partition == 0]
+    now = [0.0]
+    with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
+        sink = Sink()
+        agent = TimelineAgent(store, TOPICS, sink)
+        agent.clock = lambda: now[0]
+        agent.enable_snapshots(SnapshotPolicy(every_records=1000, every_ms=5000), sink, "w")
+        agent.process(log[:10])
+        assert agent.snapshots_written == 0
+        now[0] = 5.0  # 5 s later, with events applied since the last one
+        agent.process(log[10:20])
+        assert agent.snapshots_written == 1
+        assert decode_snapshot(sink.snapshots[b"timeline/0"]).next_offset == 20
+        now[0] = 6.0
+        agent.process(log[20:25])  # 1 s after the last: not due
+        assert agent.snapshots_written == 1
+        now[0] = 10.0  # the partition went quiet; the worker's snapshot timer runs between batches
+        assert agent.write_snapshots() == 1
+        assert decode_snapshot(sink.snapshots[b"timeline/0"]).next_offset == 25
+        now[0] = 20.0
+        agent.process([])  # nothing applied since: nothing to write
+        assert agent.write_snapshots() == 0 and agent.snapshots_written == 2
+
+
+def test_the_policy_from_the_environment_names_the_variable() -> None:
+    assert SnapshotPolicy.from_env({}) == SnapshotPolicy()
+    assert SnapshotPolicy.from_env({"SEGCOORD_TIMELINE_SNAPSHOT_EVERY": "0"}) is None
+    assert SnapshotPolicy.from_env({"SEGCOORD_TIMELINE_SNAPSHOT_MS": "5"}).every_ms == 5  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="SEGCOORD_TIMELINE_SNAPSHOT_IDS must be an integer"):
+        SnapshotPolicy.from_env({"SEGCOORD_TIMELINE_SNAPSHOT_IDS": "many"})
+    with pytest.raises(ValueError, match="SEGCOORD_TIMELINE_SNAPSHOT_EVERY"):
+        SnapshotPolicy.from_env({"SEGCOORD_TIMELINE_SNAPSHOT_EVERY": "-3"})
