@@ -380,7 +380,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         print(f"worker {me.worker_id}: group instance {me.instance_id(app.conf.id)}; the planner runs on the "
               f"worker elected through {election_topic(topics)}", flush=True)
         feed = PlannerFeed(bootstrap, planner, pl_producer, planner_pool, SHUTDOWN, worker_id=me.worker_id,
-                           plan_every_s=plan_every_s, extra=kafka_log,
+                           plan_every_s=plan_every_s, extra=kafka_log, election_topic=election_topic(topics),
                            on_batch=lambda n, s, lag: observer.batch("planner", n, s, lag))
         election = Election(bootstrap, topics, me.worker_id, client_id=me.client_id, on_elected=feed.elected,
                             on_deposed=feed.deposed, extra=kafka_log).start()
