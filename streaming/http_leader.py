@@ -6,14 +6,17 @@ reaches a coordinator which is not the leader (its ``RedirectFilter``), a worker
 every request under ``/druid/coordinator/v1`` and the dashboard with **307 Temporary Redirect** to the same
 path and query on the leader's HTTP API (its address is in its election claim). 307 keeps the method and
 body, so a POST of rules or config is repeated against the leader. It answers ``503`` (Druid's error JSON,
-naming the leading worker) when no leader is known or the leader serves no HTTP API.
+naming the leading worker) when no leader is known or the leader serves no HTTP API. The leader itself
+answers ``503`` until its planner has read the log up to its end after the election (a new leader's view
+is the log's only then).
 
 Answered locally on every worker, as in Druid:
 
 - ``GET /druid/coordinator/v1/leader``: the leader's base URL (text; 503 when unknown, or when the leader
   serves no HTTP API);
-- ``GET /druid/coordinator/v1/isLeader``: ``{"leader": true}`` with 200 on the leader, ``{"leader": false}``
-  with 404 elsewhere (a load balancer's health check finds the leader this way);
+- ``GET /druid/coordinator/v1/isLeader``: ``{"leader": true}`` with 200 on the leader once its planner has
+  read the log up to its end, ``{"leader": false}`` with 404 elsewhere (a load balancer's health check finds
+  the leader this way);
 - ``/status/health`` and ``/metrics`` (this worker's own).
 
 A redirect (or a 503 that knows the leader) carries ``X-Segcoord-Leader: <worker>@<epoch>``.
@@ -43,6 +46,11 @@ class Leadership(Protocol):
 
     def leads(self) -> bool: ...
 
+    def ready(self) -> bool:
+        """Whether this worker's planner has read the log up to its end since it was elected (its view is
+        current); a leader that is not ready yet answers 503."""
+        ...
+
     def leader(self) -> Claim | None: ...
 
 
@@ -68,10 +76,14 @@ def leader_middleware(leadership: Leadership) -> Any:
     @web.middleware
     async def redirect(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                        ) -> web.StreamResponse:
-        if request.path in LOCAL or leadership.leads():
+        if request.path in LOCAL or (leadership.leads() and leadership.ready()):
             return await handler(request)
         claim = await asyncio.get_running_loop().run_in_executor(None, leadership.leader)
-        if claim is None or claim.worker == leadership.worker_id:  # none yet, or this worker's own ended claim
+        if leadership.leads():
+            response = druid_error(503, f"{request.method} {request.path}: this worker runs the planner but is "
+                                        "still reading the log up to its end (it was just elected); retry shortly",
+                                   "serviceUnavailable")
+        elif claim is None or claim.worker == leadership.worker_id:  # none yet, or this worker's own ended claim
             response = druid_error(503, f"{request.method} {request.path}: this worker does not run the planner, "
                                         "and no other leader is known yet (an election is under way?)",
                                    "serviceUnavailable")
@@ -101,7 +113,7 @@ def add_leader_routes(app: web.Application, leadership: Leadership) -> None:
         return web.Response(text=claim.http)
 
     async def is_leader(_req: web.Request) -> web.StreamResponse:
-        leads = leadership.leads()
+        leads = leadership.leads() and leadership.ready()
         return web.json_response({"leader": leads}, status=200 if leads else 404)
 
     app.router.add_get(f"{PREFIX}/leader", leader)

@@ -395,7 +395,8 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         http_url = None if sock is None else advertised_url(*sock.getsockname()[:2], http_advertise)
         election = Election(bootstrap, topics, me.worker_id, client_id=me.client_id, on_elected=feed.elected,
                             on_deposed=feed.deposed, extra=kafka_log, http=http_url)
-        observer.leadership = ElectionLeadership(election, LeaderDirectory(bootstrap, topics, extra=kafka_log))
+        observer.leadership = ElectionLeadership(election, LeaderDirectory(bootstrap, topics, extra=kafka_log),
+                                                 ready=lambda: feed.caught_up)
         election.start()
         stack.callback(election.close)
         # Faust's own INFO is start-up chatter: the libraries log at warn or above, the service's lines at loglevel

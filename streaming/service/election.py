@@ -262,9 +262,10 @@ class ElectionLeadership:
     """What the HTTP API asks (:class:`streaming.http_leader.Leadership`): this worker's election and the
     election topic's latest claim."""
 
-    def __init__(self, election: Election, directory: LeaderDirectory) -> None:
+    def __init__(self, election: Election, directory: LeaderDirectory, ready: Callable[[], bool]) -> None:
         self.election = election
         self.directory = directory
+        self._ready = ready  # whether the planner has caught up with the log since the election
 
     @property
     def worker_id(self) -> str:
@@ -272,6 +273,9 @@ class ElectionLeadership:
 
     def leads(self) -> bool:
         return self.election.leading
+
+    def ready(self) -> bool:
+        return self._ready()
 
     def leader(self) -> Claim | None:
         if self.election.leading and self.election.epoch is not None:

@@ -1,4 +1,5 @@
-"""A planner leader cut off from the group (SIGSTOP past its session) is fenced: its epoch's commands are void.
+"""A planner leader cut off from the group (SIGSTOP past its session) is fenced: its epoch's commands are void;
+and the HTTP API of a worker that does not lead redirects to the leader's.
 
 Two ``segcoord run`` workers and three simulated historicals. Rules ask two ``hot`` replicas of every ``wiki``
 segment; balancing is off. The planner's owner is paused (SIGSTOP) until the other worker is elected and has
@@ -18,9 +19,12 @@ Then:
 
 from __future__ import annotations
 
+import http.client
 import itertools
 import signal
 import time
+import urllib.parse
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -37,6 +41,7 @@ from streaming.producer import EventProducer
 from streaming.replay import audit
 from streaming.service.election import HEADER
 from tests.accepted import import_request
+from tests.integration.test_http_api import free_port
 from tests.integration.test_service_planner import Historicals, send
 from tests.integration.test_service_planner_crash import announced, answers_log, commands_log, unanswered
 from tests.integration.test_service_workers import IN_TEST_PUBLISHES, Worker, command_epochs, wait_until, wiki
@@ -178,3 +183,76 @@ def void_commands(commands: list[Envelope[Event]]) -> list[int]:
 def live(commands: list[Envelope[Event]]) -> list[Envelope[Event]]:
     void = set(void_commands(commands))
     return [c for i, c in enumerate(commands) if i not in void]
+
+
+def http_get(url: str, method: str = "GET", body: bytes | None = None,
+             headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
+    """One request, redirects NOT followed: (status, headers, body)."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=body,
+                     headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read().decode()
+    finally:
+        conn.close()
+
+
+def test_the_http_api_of_a_worker_that_does_not_lead_redirects_to_the_leaders(kafka_bootstrap: str,
+                                                                               tmp_path: Path) -> None:
+    """Two workers with --http: the one not elected answers 307 to the elected one's API (Druid's redirect), both
+    say who leads; when the leader stops, the other leads and answers itself."""
+    topics = Topics(f"t{uuid.uuid4().hex[:10]}.")
+    create_topics(kafka_bootstrap, topics, partitions=3)
+    ports = {f"w{i}": free_port() for i in (1, 2)}
+    workers = []
+    for wid, port in ports.items():
+        w = Worker(kafka_bootstrap, topics, tmp_path, wid)
+        w.args += ["--http", f"127.0.0.1:{port}"]
+        workers.append(w)
+    url = {w.worker_id: f"http://127.0.0.1:{ports[w.worker_id]}" for w in workers}
+    try:
+        for w in workers:
+            w.start()
+        wait_until("an elected planner", lambda: sum(w.leads() for w in workers) == 1, workers, 120)
+        leader = next(w for w in workers if w.leads())
+        other = next(w for w in workers if w is not leader)
+
+        def serving(w: Worker) -> bool:
+            try:
+                return http_get(url[w.worker_id] + "/status/health")[0] == 200
+            except OSError:
+                return False
+
+        wait_until("both HTTP APIs", lambda: all(serving(w) for w in workers), workers, 120)
+        send(kafka_bootstrap, topics, RulesSet(data_source="wiki", rules=(
+            {"type": "loadForever", "tieredReplicants": {"hot": 1}},)), "rules/wiki")
+        path = "/druid/coordinator/v1/rules/wiki"
+        wait_until("the leader to read the rules", lambda: '"hot"' in http_get(url[leader.worker_id] + path)[2],
+                   workers, 120)
+
+        status, headers, _ = http_get(url[other.worker_id] + path + "?x=1")
+        assert status == 307, (status, headers)
+        assert headers["Location"] == url[leader.worker_id] + path + "?x=1"
+        assert headers["X-Segcoord-Leader"].startswith(f"{leader.worker_id}@")
+        followed = urllib.request.urlopen(url[other.worker_id] + path, timeout=30).read().decode()
+        assert '"hot"' in followed  # the leader's current view, reached through the other worker
+        for w in workers:
+            assert http_get(url[w.worker_id] + "/druid/coordinator/v1/leader")[2] == url[leader.worker_id]
+        assert http_get(url[leader.worker_id] + "/druid/coordinator/v1/isLeader")[:1] == (200,)
+        assert http_get(url[other.worker_id] + "/druid/coordinator/v1/isLeader")[:1] == (404,)
+        assert http_get(url[other.worker_id] + "/status/health")[0] == 200  # its own, never redirected
+
+        assert leader.stop() == 0, leader.tail()
+        wait_until("the other worker's election", other.leads, [other], 120)
+        wait_until("the other worker to answer itself", lambda: http_get(url[other.worker_id] + path)[0] == 200,
+                   [other], 60)
+        assert '"hot"' in http_get(url[other.worker_id] + path)[2]
+        assert http_get(url[other.worker_id] + "/druid/coordinator/v1/isLeader")[0] == 200
+        assert other.stop() == 0, other.tail()
+    finally:
+        for w in workers:
+            if w.alive():
+                w.proc.kill()  # type: ignore[union-attr]
+                w.proc.wait(10)  # type: ignore[union-attr]

@@ -25,9 +25,13 @@ class Fixed:
     worker_id: str
     leading: bool
     claim: Claim | None
+    caught_up: bool = True
 
     def leads(self) -> bool:
         return self.leading
+
+    def ready(self) -> bool:
+        return self.caught_up
 
     def leader(self) -> Claim | None:
         return self.claim
@@ -98,3 +102,10 @@ def test_the_advertised_url_is_the_bound_address_or_the_one_given() -> None:
     assert advertised_url("::1", 8081) == "http://[::1]:8081"
     assert advertised_url("0.0.0.0", 8081, "http://coord-1:8081/") == "http://coord-1:8081"
     assert not advertised_url("0.0.0.0", 8081).startswith("http://0.0.0.0")
+
+
+def test_a_leader_still_reading_the_log_answers_503_not_a_stale_view() -> None:
+    got = answers(Fixed("w2", True, Claim("w2", 7, LEADER_URL), caught_up=False),
+                  [LOADSTATUS, ("GET", "/druid/coordinator/v1/isLeader"), ("GET", "/status/health")])
+    assert [g[0] for g in got] == [503, 404, 200]
+    assert "still reading the log" in got[0][3]
