@@ -389,14 +389,15 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                         upserts=upserts, me=me, planner_pool=planner_pool)
         print(f"worker {me.worker_id}: group instance {me.instance_id(app.conf.id)}; the planner runs on the "
               f"worker elected through {election_topic(topics)}", flush=True)
+        directory = LeaderDirectory(bootstrap, topics, extra=kafka_log)
         feed = PlannerFeed(bootstrap, planner, pl_producer, planner_pool, SHUTDOWN, worker_id=me.worker_id,
                            plan_every_s=plan_every_s, extra=kafka_log, election_topic=election_topic(topics),
+                           latest_claim=lambda: directory.current(max_age_s=0),
                            on_batch=lambda n, s, lag: observer.batch("planner", n, s, lag))
         http_url = None if sock is None else advertised_url(*sock.getsockname()[:2], http_advertise)
         election = Election(bootstrap, topics, me.worker_id, client_id=me.client_id, on_elected=feed.elected,
                             on_deposed=feed.deposed, extra=kafka_log, http=http_url)
-        observer.leadership = ElectionLeadership(election, LeaderDirectory(bootstrap, topics, extra=kafka_log),
-                                                 ready=lambda: feed.caught_up)
+        observer.leadership = ElectionLeadership(election, directory, ready=lambda: feed.caught_up)
         election.start()
         stack.callback(election.close)
         # Faust's own INFO is start-up chatter: the libraries log at warn or above, the service's lines at loglevel

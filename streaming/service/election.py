@@ -228,10 +228,11 @@ class LeaderDirectory:
         self._read_at = -float("inf")
         self._claim: Claim | None = None
 
-    def current(self) -> Claim | None:
-        """The latest claim (blocking: up to a few seconds when the cache is stale; None when none can be read)."""
+    def current(self, max_age_s: float | None = None) -> Claim | None:
+        """The latest claim, read again when the one known is older than ``max_age_s`` (default: the
+        directory's; 0: always) (blocking: up to a few seconds; None when none can be read)."""
         with self._lock:
-            if time.monotonic() - self._read_at >= self.max_age_s:
+            if time.monotonic() - self._read_at >= (self.max_age_s if max_age_s is None else max_age_s):
                 self._claim = self._read()
                 self._read_at = time.monotonic()
             return self._claim

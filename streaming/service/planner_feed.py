@@ -30,7 +30,8 @@ harmless and short (docs/workers.md, "Fencing"):
 - the planner decides nothing once its own fold has read a later epoch (:attr:`PlannerAgent.superseded`),
   and this feed then stops;
 - before it decides, when more than :data:`LEASE_S` passed since it last made sure, the feed checks that no
-  later claim was written to the election topic (its end offset is still the claim's offset + 1); a
+  later claim of another worker was written to the election topic (its end offset is still the claim's
+  offset + 1, or the latest claim is this worker's); a
   process paused longer than the session timeout finds the successor's claim there and stops at once,
   without waiting for the group to tell it.
 
@@ -60,7 +61,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from coordinator.placement import fence
 from streaming import credentials
 from streaming.service.delivery import on_pool
-from streaming.service.election import HEADER, SESSION_TIMEOUT_MS, say
+from streaming.service.election import HEADER, SESSION_TIMEOUT_MS, Claim, say
 from streaming.service.intake import InputRecord
 from streaming.service.outage import PatientProducer, Shutdown
 from streaming.service.planner_agent import PlannerAgent
@@ -79,7 +80,8 @@ class PlannerFeed:
     def __init__(self, bootstrap: str, planner: PlannerAgent, producer: PatientProducer, pool: ThreadPoolExecutor,
                  shutdown: Shutdown, *, worker_id: str, plan_every_s: float,
                  on_batch: Callable[[int, float, int | None], None] | None = None,
-                 extra: dict[str, Any] | None = None, election_topic: str | None = None) -> None:
+                 extra: dict[str, Any] | None = None, election_topic: str | None = None,
+                 latest_claim: Callable[[], Claim | None] | None = None) -> None:
         self.bootstrap = bootstrap
         self.planner = planner
         self.producer = producer
@@ -91,8 +93,10 @@ class PlannerFeed:
         self.extra = dict(extra or {})
         self.caught_up = False
         self.election_topic = election_topic  # None: leadership is never re-checked against the log (tests)
+        self.latest_claim = latest_claim  # the election topic's latest claim (a later record may be our own)
         self.epoch: int | None = None
         self._confirmed = 0.0  # monotonic time leadership was last confirmed
+        self._own_end = 0  # the election topic's end offset as far as it holds claims of this worker only
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -104,6 +108,7 @@ class PlannerFeed:
         self.planner.timer_salt = f"{epoch}:"
         self.planner.epoch = self.epoch = epoch
         self._confirmed = time.monotonic()
+        self._own_end = epoch + 1
         self._stop = threading.Event()
         self.caught_up = False
         self._thread = threading.Thread(target=self._guarded, args=(self._stop,), name="planner-feed", daemon=True)
@@ -202,8 +207,15 @@ class PlannerFeed:
             return None
         if high is None or high < 0:
             return None
-        if high > self.epoch + 1:
-            return False
+        if high > self._own_end:
+            if self.latest_claim is None:
+                return False
+            claim = self.latest_claim()
+            if claim is None or claim.epoch < high - 1:
+                return None  # the record at the end could not be read yet: ask again
+            if claim.worker != self.worker_id:  # another worker claimed since: deposed
+                return False
+            self._own_end = high  # a second record of this worker's own claim: still ours
         self._confirmed = time.monotonic()
         return True
 
