@@ -15,9 +15,9 @@
 - ``LoadSegment`` / ``DropSegment`` read back from ``commands``: in flight, unless already
   settled; the log's copy wins over one enqueued when the command was decided, keeping
   the time first sent and any ``source`` learnt. A move's drop half tells its load half
-  the ``source``. ``CancelSegmentLoad``: the load it names (else the server's queued
-  loads of the segment) leaves the queue with its move's drop half, and the cancel is
-  settled (it needs no answer).
+  the ``source``, whichever of the two is read first (they are on two partitions).
+  ``CancelSegmentLoad``: the load it names (else the server's queued loads of the segment)
+  leaves the queue with its move's drop half, and the cancel is settled (it needs no answer).
 - A command from a deposed planner (its ``plannerEpoch`` below one its server was already commanded in:
   :mod:`coordinator.placement.fence`) changes nothing, except that a void move's load half abandons the move.
   ``epochs[server]``: the latest planner epoch the server was commanded in.
@@ -280,9 +280,10 @@ class PlacementState(Projected):
         if isinstance(event, LoadSegment):
             self.learn(event.segment, None)
             source = None
-            if event.move_id is not None:
+            if event.move_id is not None:  # the source a copy of the load knew, else the server of its drop half
                 source = next((self.queue[c].source for c in self.of_move(event.move_id) if self.queue[c].source),
-                              None)
+                              None) or next((self.queue[c].server for c in self.of_move(event.move_id)
+                                             if self.queue[c].action == "drop"), None)
             item = InFlight(event.server, "load", event.segment.id, env.occurred_at, event.move_id, source,
                             command_purpose(event))
         else:

@@ -9,6 +9,8 @@ from events.commands import DropSegment, LoadSegment
 from events.envelope import Envelope
 from events.registry import Event
 from events.schema import Instant
+from events.segments import SegmentsPublished
+from tests.accepted import through_lockbox
 from tests.unit.placement.history import POOL, T0
 
 SEG = POOL[0]
@@ -77,3 +79,18 @@ def test_two_moves_of_one_segment_each_from_the_others_target_fold_without_error
         fresh, _ = codec.restore([(f, k, v) for f, k, v in codec.entries(st) if v is not None])
         assert fresh.move_sources.get(SEG.id) == st.move_sources.get(SEG.id)
         assert fresh.loading == st.loading
+
+
+def test_a_move_read_drop_half_first_knows_its_source_as_when_read_load_first() -> None:
+    """The halves are keyed by two servers, so on two partitions: a new leader, replay or a historical may read
+    either first. The load used to learn its source only when read before the drop half."""
+    load, drop = move("m1")
+    seen = []
+    for order in ([load, drop], [drop, load]):
+        st = PlacementState()
+        st.evolve_all([env(ServerJoined(server=n, tier="hot", max_size_bytes=10_000), "j" + n) for n in ("h1", "h2")])
+        st.evolve(through_lockbox(env(SegmentsPublished(task_id="t", segments=(SEG,)), "pub")))
+        st.evolve_all(order)
+        seen.append(({c: (q.server, q.action, q.source) for c, q in sorted(st.queue.items())},
+                     st.move_sources.get(SEG.id)))
+    assert seen[0] == seen[1] and seen[0][0]["m1"] == ("h2", "load", "h1") and seen[0][1] == {"h1"}
