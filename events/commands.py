@@ -22,6 +22,11 @@ their own, the others ``loading``); ``reason`` is free text for people, never pa
 Version 1 had no ``purpose``: :func:`load_segment_v1_to_v2` and :func:`drop_segment_v1_to_v2`
 derive it from what a v1 payload carries (the ``moveId``, and the reason texts the planner and
 the Spark balancer wrote then).
+
+**Planner epoch.** ``plannerEpoch`` (optional, additive: absent on commands of the Spark balancer and of logs
+written before it) is the epoch of the elected planner that decided the command
+(:mod:`streaming.service.election`). A command whose epoch is lower than one already read for the same
+server is from a deposed planner and is acted on by nobody (:mod:`coordinator.placement.fence`).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class LoadSegment(Event):
     purpose: CommandPurpose = wire("purpose")
     reason: str = wire("reason", allow_empty=True)
     move_id: str | None = wire("moveId", None)
+    planner_epoch: int | None = wire("plannerEpoch", None, minimum=0)
 
 
 @event_type("drop_segment", topic=COMMANDS, version=2)
@@ -60,6 +66,7 @@ class DropSegment(Event):
     purpose: CommandPurpose = wire("purpose")
     reason: str = wire("reason", allow_empty=True)
     move_id: str | None = wire("moveId", None)
+    planner_epoch: int | None = wire("plannerEpoch", None, minimum=0)
 
 
 def _move_purpose(reason: str) -> str:
@@ -124,3 +131,4 @@ class CancelSegmentLoad(Event):
     segment_id: str = wire("segmentId")
     reason: str = wire("reason", allow_empty=True)
     cancels: str | None = wire("cancels", None)
+    planner_epoch: int | None = wire("plannerEpoch", None, minimum=0)

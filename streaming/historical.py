@@ -36,6 +36,8 @@ segment, and is abandoned (the copy stays) if the target refuses that load.
   per event id, as the planner agent counts them). The server folds no placement event with code
   of its own: whether a move's target announced the segment (``view.held``), whether a move was
   refused (``view.move_abandoned``), and on start what it announced itself, all come from the fold.
+- Commands from a deposed planner (an epoch below one this server's commands already carried) are void in the
+  fold and are not executed (:mod:`coordinator.placement.fence`).
 - ``disk`` (:class:`_Disk`): the data server's own state, which no fold of the log can give: what it
   has loaded *now* (it loads and announces at once; the coordinator learns it only when the
   announce is read back, and after a crash between load and announce the disk and the log
@@ -131,6 +133,7 @@ class Historical:
         self._producer = EventProducer(bootstrap, topics)
         self._queue: deque[Record] = deque()  # loads and unconditional drops, in command order
         self._head_due: float | None = None  # monotonic time the head load completes (None: not started)
+        self.ignored_deposed = 0  # commands to this server voided as a deposed planner's
 
     # -- the log ----------------------------------------------------------------------
     def _fold(self, record: Record) -> None:
@@ -209,8 +212,15 @@ class Historical:
 
     # -- commands ---------------------------------------------------------------------
     def _command(self, record: Record) -> None:
-        self._fold(record)
         event, st = record.envelope.event, self.state
+        if isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad) and not self.view.admits(event):
+            self._fold(record)  # from a deposed planner: void in the fold and here (coordinator.placement.fence)
+            if event.server == self.name:
+                self.ignored_deposed += 1
+                log.warning("%s ignores %s %s of deposed planner epoch %s", self.name, event.event_type,
+                            record.envelope.event_id, event.planner_epoch)
+            return
+        self._fold(record)
         if isinstance(event, LoadSegment) and event.move_id is not None:
             st.move_targets[event.move_id] = event.server
             if event.move_id in st.waiting_drops:  # the drop half was read first

@@ -8,6 +8,7 @@ Families and values (JSON, UTF-8):
 | ``held`` | server ``\\x00`` segment id text | ``""`` (present: the server announced the segment) |
 | ``srv`` | server name | ``{"tier", "maxSizeBytes", "decommissioning", "joined"}`` |
 | ``heard`` | server name | the event time (ms, decimal) it was last heard of |
+| ``epoch`` | server name | the latest planner epoch it was commanded in (decimal) |
 | ``q`` | command id | the command in flight (:meth:`InFlight.to_json`) |
 | ``ans`` | command id | ``""``: settled, never in flight again |
 | ``rules`` | data source | its rules, as set |
@@ -33,7 +34,7 @@ from events.schema import decode_record, encode_record
 from events.segment import SegmentDescriptor, SegmentId
 
 Entry = tuple[str, str, bytes | None]
-FAMILIES = ("seg", "srv", "heard", "held", "q", "ans", "rules", "config", "meta")
+FAMILIES = ("seg", "srv", "heard", "epoch", "held", "q", "ans", "rules", "config", "meta")
 
 
 def value(state: PlacementState, family: str, key: str, meta: dict[str, Any] | None = None) -> bytes | None:
@@ -47,6 +48,9 @@ def value(state: PlacementState, family: str, key: str, meta: dict[str, Any] | N
     if family == "heard":
         at = state.last_heard.get(key)
         return None if at is None else str(at).encode()
+    if family == "epoch":
+        epoch = state.epochs.get(key)
+        return None if epoch is None else str(epoch).encode()
     if family == "held":
         server, _, text = key.partition("\x00")
         sid = state.by_text.get(text)
@@ -84,6 +88,7 @@ def entries(state: PlacementState, meta: dict[str, Any] | None = None) -> list[E
     keys: list[tuple[str, str]] = [("seg", str(s)) for s in state.segments]
     keys += [("srv", n) for n in state.servers]
     keys += [("heard", n) for n in state.last_heard]
+    keys += [("epoch", n) for n in state.epochs]
     keys += [("held", f"{n}\x00{s}") for n, held in state.held.items() for s in held]
     keys += [("q", c) for c in state.queue]
     keys += [("rules", ds) for ds in state.rules_json]
@@ -115,6 +120,8 @@ def restore(stored: Iterable[tuple[str, str, bytes]], load_timeout_ms: int = DEF
         st.set_server(key, ServerFacts.from_json(orjson.loads(raw)))
     for key, raw in sorted(by_family["heard"]):
         st.last_heard[key] = int(raw)
+    for key, raw in sorted(by_family["epoch"]):
+        st.epochs[key] = int(raw)
     for key, _raw in sorted(by_family["held"]):
         server, _, text = key.partition("\x00")
         st.hold(server, _segment_id(st, text), True)

@@ -148,6 +148,11 @@ class Projected:
         # derived
         self._pairs: dict[Pair, _Derived] = {}
         self._sourced: dict[str, Counter[SegmentId]] = {}  # server -> queued move loads naming it as source
+        # move sources whose flag may have changed, refreshed after the pair being refreshed is done (a refresh
+        # in the middle of another re-entered it: two moves of one segment between two servers, each the other's
+        # source, removed one contribution twice)
+        self._stale_sources: list[Pair] = []
+        self._refreshing = False
         self._by_server: dict[str, set[str]] = {}  # server -> ids of the commands in flight to it
         self._unknown_refs: dict[SegmentId, set[str]] = {}  # segments not known yet -> servers referring to them
         self.tier_of: dict[str, str] = {}
@@ -485,7 +490,19 @@ class Projected:
                         name in self.decommissioning)
 
     def _refresh(self, name: str, sid: SegmentId) -> None:
-        """Re-derive one pair and move its contribution in every index (O(1); O(log n) in a built cache)."""
+        """Re-derive one pair and move its contribution in every index (O(1); O(log n) in a built cache), then
+        the move sources that changed with it, one whole pair at a time, in the order they were named."""
+        self._refresh_pair(name, sid)
+        if self._refreshing:
+            return  # the outer call refreshes the sources this one named
+        self._refreshing = True
+        try:
+            while self._stale_sources:
+                self._refresh_pair(*self._stale_sources.pop(0))
+        finally:
+            self._refreshing = False
+
+    def _refresh_pair(self, name: str, sid: SegmentId) -> None:
         key = (name, sid)
         old = self._pairs.get(key)
         new = self._derive(name, sid)
@@ -557,7 +574,7 @@ class Projected:
                 del sourced[sid]
                 if not sourced:
                     del self._sourced[item.source]
-            self._refresh(item.source, sid)  # its move-source flag may have changed
+            self._stale_sources.append((item.source, sid))  # its move-source flag may have changed
 
     def _replica_part(self, sid: SegmentId, tier: str) -> int:
         """Plain queued loads of ``sid`` in ``tier`` that count as replica loads (the tier holds a copy)."""

@@ -15,9 +15,12 @@
 - ``LoadSegment`` / ``DropSegment`` read back from ``commands``: in flight, unless already
   settled; the log's copy wins over one enqueued when the command was decided, keeping
   the time first sent and any ``source`` learnt. A move's drop half tells its load half
-  the ``source``. ``CancelSegmentLoad``: the load it names (else the server's queued
-  loads of the segment) leaves the queue with its move's drop half, and the cancel is
-  settled (it needs no answer).
+  the ``source``, whichever of the two is read first (they are on two partitions).
+  ``CancelSegmentLoad``: the load it names (else the server's queued loads of the segment)
+  leaves the queue with its move's drop half, and the cancel is settled (it needs no answer).
+- A command from a deposed planner (its ``plannerEpoch`` below one its server was already commanded in:
+  :mod:`coordinator.placement.fence`) changes nothing, except that a void move's load half abandons the move.
+  ``epochs[server]``: the latest planner epoch the server was commanded in.
 - ``ServerJoined`` (tier, max size; a rejoin keeps what is not given), ``ServerLeft`` and
   ``ServerLost`` (alike: out of the projection, its queue settled, with the drop halves of
   the moves it was loading: their sources keep their copies; what it announced stays held
@@ -52,6 +55,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from coordinator.placement import fence
 from coordinator.placement.projected import Projected, QueueItem, command_id
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS, InFlight, ServerFacts
 from coordinator.rules.dynamic_config import DynamicConfig
@@ -130,6 +134,7 @@ class PlacementState(Projected):
         self.start: int | None = None  # the earliest event time applied (the coordinator's start)
         self.last_event_at = 0
         self.last_heard: dict[str, int] = {}  # server -> event time it was last heard of (see the docstring)
+        self.epochs: dict[str, int] = {}  # server -> the latest planner epoch it was commanded in (fence.py)
 
     # -- the fold ---------------------------------------------------------------------------------
     def evolve(self, env: Envelope[Event]) -> Touched:
@@ -259,8 +264,22 @@ class PlacementState(Projected):
         self.dirty.add(("config", ""))
         self.set_config_decommissioning(self.config.decommissioning_nodes)
 
+    def admits(self, event: LoadSegment | DropSegment | CancelSegmentLoad) -> bool:
+        """Whether the command is acted on: not from a deposed planner (:mod:`coordinator.placement.fence`)."""
+        return fence.admits(self.epochs, event.server, event.planner_epoch)
+
     def _command(self, env: Envelope[Event], t: Touched) -> None:
         event = env.event
+        assert isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad)
+        before = self.epochs.get(event.server)
+        if not fence.admit(self.epochs, event.server, event.planner_epoch):
+            if isinstance(event, LoadSegment) and event.move_id is not None:
+                for cid in self.of_move(event.move_id):  # a void load half voids its move: the source keeps its copy
+                    self.settle(cid)
+                self.settle(_abandoned(event.move_id))
+            return  # a deposed planner's command: nobody acts on it, it is never in flight
+        if self.epochs.get(event.server) != before:
+            self.dirty.add(("epoch", event.server))
         if isinstance(event, CancelSegmentLoad):
             sid = self.by_text.get(event.segment_id)
             if event.cancels is not None or sid is not None:
@@ -274,9 +293,10 @@ class PlacementState(Projected):
         if isinstance(event, LoadSegment):
             self.learn(event.segment, None)
             source = None
-            if event.move_id is not None:
+            if event.move_id is not None:  # the source a copy of the load knew, else the server of its drop half
                 source = next((self.queue[c].source for c in self.of_move(event.move_id) if self.queue[c].source),
-                              None)
+                              None) or next((self.queue[c].server for c in self.of_move(event.move_id)
+                                             if self.queue[c].action == "drop"), None)
             item = InFlight(event.server, "load", event.segment.id, env.occurred_at, event.move_id, source,
                             command_purpose(event))
         else:

@@ -49,7 +49,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
-    until_reachable("creating the topics", lambda: create_topics(address, tps))
+    # topics it has to create get the cluster's default replication (topics create --replication sets it)
+    until_reachable("creating the topics", lambda: create_topics(address, tps, replication=None))
     state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / tps.prefix.rstrip(".")
     print(f"segcoord run: timeline, lockbox and planner agents on {address}, topics {tps.prefix}*, "
           f"state {state_dir}", flush=True)
@@ -70,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                            balancing=args.balancer == "planner", incremental=args.planner == "incremental",
                            http=http, server_timeout_ms=args.server_timeout_millis, applied_window=window,
                            balancer=supervisor, period_ms=max(1, round(args.coordinator_period * 1000)),
-                           worker_id=args.worker_id)
+                           worker_id=args.worker_id, http_advertise=args.http_advertise)
     except DuplicateWorkerError as e:
         raise CliError(f"--worker-id: {e}") from None
     except ValueError as e:
@@ -107,6 +108,10 @@ def register(sub: Any) -> None:
                           "coordinator port is 8081: 127.0.0.1:8081; :PORT binds to loopback). Writes need "
                           "SEGCOORD_HTTP_TOKEN or SEGCOORD_HTTP_BASIC=user:password; SEGCOORD_HTTP_AUTH_READS=1 "
                           "guards reads too (docs/security.md)")
+    run.add_argument("--http-advertise", metavar="URL",
+                     help="the base URL other workers redirect HTTP requests to while this one runs the planner "
+                          "(default http://HOST:PORT of --http; a wildcard host is replaced by this host's name). "
+                          "A worker that does not run the planner answers 307 to the leader's (docs/workers.md)")
     run.add_argument("--plan-every", type=float, default=5.0, metavar="SECONDS",
                      help="the planner's timer period; it also plans at once on every relevant event (default 5)")
     run.add_argument("--server-timeout-millis", type=int, default=DEFAULT_SERVER_TIMEOUT_MS, metavar="MS",

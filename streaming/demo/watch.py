@@ -149,6 +149,9 @@ class Watch:
             self.decommissioning.add(event.server)
         elif isinstance(event, ServerRecommissioned | ServerLeft | ServerLost | ServerJoined):
             self.decommissioning.discard(event.server)
+        if record.topic == COMMANDS and isinstance(event, LoadSegment | DropSegment | CancelSegmentLoad) \
+                and not self.fold.placement.admits(event):  # read before the fold applies it: its decision
+            return  # a deposed planner's command: nobody acts on it (coordinator.placement.fence)
         if record.topic == COMMANDS and isinstance(event, LoadSegment | DropSegment):
             if env.event_id not in self.answered:
                 self.pending[env.event_id] = event

@@ -332,7 +332,8 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                 http: tuple[str, int] | None = None, balancer_alive: Callable[[], bool] | None = None,
                 server_timeout_ms: int = planner_mod.DEFAULT_SERVER_TIMEOUT_MS,
                 applied_window: AppliedWindow | None = None, balancer: Any = None,
-                period_ms: int = DEFAULT_PERIOD_MS, worker_id: str | None = None) -> int:
+                period_ms: int = DEFAULT_PERIOD_MS, worker_id: str | None = None,
+                http_advertise: str | None = None) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
     (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`). With
     ``balancer`` (a :class:`~streaming.balancer.supervisor.BalancerSupervisor`) its health is reported and, when
@@ -342,8 +343,15 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
     (``worker_id``, else derived from ``state_dir``)."""
     import faust
 
+    from streaming.http_leader import advertised_url
     from streaming.logs import LIBRDKAFKA_LOGGER
-    from streaming.service.election import Election, election_topic, ensure_election_topic
+    from streaming.service.election import (
+        Election,
+        ElectionLeadership,
+        LeaderDirectory,
+        election_topic,
+        ensure_election_topic,
+    )
     from streaming.service.observe import Observer
     from streaming.service.planner_feed import PlannerFeed
     from streaming.service.worker_identity import identity, refuse_duplicate
@@ -357,7 +365,9 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
 
     me = identity(state_dir, worker_id)
     refuse_duplicate(bootstrap, f"{topics.prefix}coordinator", me)
-    until_reachable("creating the election topic", lambda: ensure_election_topic(bootstrap, topics))
+    warning = until_reachable("creating the election topic", lambda: ensure_election_topic(bootstrap, topics))
+    if warning:
+        print(f"segcoord run: warning: {warning}", flush=True)
     sock = None
     if http is not None:  # bound now, so a taken port is a clear error before the worker starts
         sock = socket.create_server(http)
@@ -426,11 +436,16 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                         upserts=upserts, me=me, planner_pool=planner_pool, snapshot_tail=snapshot_tail)
         print(f"worker {me.worker_id}: group instance {me.instance_id(app.conf.id)}; the planner runs on the "
               f"worker elected through {election_topic(topics)}", flush=True)
+        directory = LeaderDirectory(bootstrap, topics, extra=kafka_log)
         feed = PlannerFeed(bootstrap, planner, pl_producer, planner_pool, SHUTDOWN, worker_id=me.worker_id,
-                           plan_every_s=plan_every_s, extra=kafka_log,
+                           plan_every_s=plan_every_s, extra=kafka_log, election_topic=election_topic(topics),
+                           latest_claim=lambda: directory.current(max_age_s=0),
                            on_batch=lambda n, s, lag: observer.batch("planner", n, s, lag))
+        http_url = None if sock is None else advertised_url(*sock.getsockname()[:2], http_advertise)
         election = Election(bootstrap, topics, me.worker_id, client_id=me.client_id, on_elected=feed.elected,
-                            on_deposed=feed.deposed, extra=kafka_log).start()
+                            on_deposed=feed.deposed, extra=kafka_log, http=http_url)
+        observer.leadership = ElectionLeadership(election, directory, ready=lambda: feed.caught_up)
+        election.start()
         stack.callback(election.close)
         # Faust's own INFO is start-up chatter: the libraries log at warn or above, the service's lines at loglevel
         faust_level = "warn" if loglevel in ("info", "warn") else loglevel

@@ -23,11 +23,15 @@ leadership has its own, later than all before it. The planner's commands carry
 that commands came from one planner at a time (epochs never go down along a
 partition of ``commands``).
 
-Limits: a leader that is alive but cannot reach the group coordinator keeps
-planning until the session timeout tells it otherwise (no fencing token on
-``commands``); what it sends meanwhile has the same content-derived ids as what
-the next leader decides, except where it decided differently, and later plans
-trim such excess as they trim any.
+**Claims.** A claim's value is JSON ``{"worker": <worker id>, "http": <base URL of its HTTP API or null>}``
+(a claim written before the HTTP address was added is the worker id as text). The latest claim names the
+current leader: :class:`LeaderDirectory` reads it for workers that do not lead, so their HTTP API can
+redirect to the leader's, as Druid's non-leader coordinators do (:mod:`streaming.http_leader`).
+
+**Fencing.** A leader that is alive but cut off from the group coordinator (paused, partitioned) does not
+learn at once that it was deposed. Its commands carry its epoch, and every fold of ``commands`` voids a
+command to a server that a later epoch already commanded (:mod:`coordinator.placement.fence`); its feed
+stops as soon as it sees a later claim or a later epoch (:mod:`streaming.service.planner_feed`).
 """
 
 from __future__ import annotations
@@ -36,11 +40,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from events.topics import Topics
+from events.topics import COMMANDS, Topics
 from streaming import credentials
 
 log = logging.getLogger("segcoord.service")
@@ -55,16 +61,56 @@ def say(message: str) -> None:
     print(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} segcoord run: {message}", flush=True)
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One leadership: the worker, its epoch (the claim's offset) and its HTTP API's base URL (None: none)."""
+
+    worker: str
+    epoch: int
+    http: str | None = None
+
+    @staticmethod
+    def encode(worker: str, http: str | None) -> bytes:
+        return orjson.dumps({"worker": worker, "http": http})
+
+    @staticmethod
+    def decode(value: bytes | None, epoch: int) -> Claim | None:
+        """The claim a record of the election topic holds (None: not a claim)."""
+        if not value:
+            return None
+        try:
+            doc = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("worker"), str):
+            http = doc.get("http")
+            return Claim(doc["worker"], epoch, http if isinstance(http, str) and http else None)
+        try:
+            return Claim(value.decode(), epoch)  # a claim of an older build: the worker id as text
+        except UnicodeDecodeError:
+            return None
+
+
 def election_topic(topics: Topics) -> str:
     return topics.prefix + ELECTION_TOPIC
 
 
-def ensure_election_topic(bootstrap: str, topics: Topics) -> None:
-    """Create the one-partition election topic if missing (an existing one is left as it is)."""
-    from streaming.admin import create_topic
+def ensure_election_topic(bootstrap: str, topics: Topics) -> str | None:
+    """Create the one-partition election topic if missing, replicated as the deployment's ``commands`` topic is
+    (replica count and ``min.insync.replicas``; the brokers' defaults when that cannot be read). An existing
+    topic is left as it is; returns a warning when it is replicated less than ``commands``."""
+    from streaming.admin import BROKER_DEFAULT, create_topic, replication_of
 
-    create_topic(bootstrap, election_topic(topics), partitions=1,
-                 config={"cleanup.policy": "compact", "min.compaction.lag.ms": "0"})
+    name = election_topic(topics)
+    like = replication_of(bootstrap, topics.name(COMMANDS))
+    create_topic(bootstrap, name, partitions=1, replication=BROKER_DEFAULT if like is None else like.factor,
+                 config={"cleanup.policy": "compact", "min.compaction.lag.ms": "0",
+                         **({} if like is None else like.topic_config())})
+    have = replication_of(bootstrap, name)
+    if like is not None and have is not None and have.factor < like.factor:
+        return (f"{name} has {have.factor} replica(s), {topics.name(COMMANDS)} {like.factor}: the planner election "
+                f"stops while its one replica is down (reassign it with kafka-reassign-partitions.sh)")
+    return None
 
 
 class Election:
@@ -72,11 +118,12 @@ class Election:
 
     def __init__(self, bootstrap: str, topics: Topics, worker_id: str, *, client_id: str,
                  on_elected: Callable[[int], None], on_deposed: Callable[[], None],
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, http: str | None = None) -> None:
         self.bootstrap = bootstrap
         self.topic = election_topic(topics)
         self.group = f"{topics.prefix}coordinator.planner"
         self.worker_id = worker_id
+        self.http = http  # this worker's HTTP API base URL, written in its claims (None: it serves none)
         self.on_elected = on_elected
         self.on_deposed = on_deposed
         self.epoch: int | None = None
@@ -144,7 +191,8 @@ class Election:
                 log.warning("planner election: claim not written: %s", err)
 
         while not offsets and not self._stop.is_set():
-            producer.produce(self.topic, key=b"leader", value=self.worker_id.encode(), on_delivery=delivered)
+            producer.produce(self.topic, key=b"leader", value=Claim.encode(self.worker_id, self.http),
+                             on_delivery=delivered)
             while producer.flush(0.5) and not self._stop.is_set():
                 pass
         return offsets[0] if offsets else -1
@@ -161,3 +209,76 @@ class Election:
         if self.epoch is not None:
             self.on_deposed()
             self.epoch = None
+
+
+class LeaderDirectory:
+    """The current leader as the election topic's latest claim says, read at most every ``max_age_s``.
+
+    Between a leader's death and its successor's claim (the session timeout, 6 s) the latest claim still names
+    the dead leader; callers that redirect to it redirect to an address that does not answer for that long.
+    """
+
+    def __init__(self, bootstrap: str, topics: Topics, *, max_age_s: float = 1.0,
+                 extra: dict[str, Any] | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.topic = election_topic(topics)
+        self.max_age_s = max_age_s
+        self._extra = dict(extra or {})
+        self._lock = threading.Lock()
+        self._read_at = -float("inf")
+        self._claim: Claim | None = None
+
+    def current(self, max_age_s: float | None = None) -> Claim | None:
+        """The latest claim, read again when the one known is older than ``max_age_s`` (default: the
+        directory's; 0: always) (blocking: up to a few seconds; None when none can be read)."""
+        with self._lock:
+            if time.monotonic() - self._read_at >= (self.max_age_s if max_age_s is None else max_age_s):
+                self._claim = self._read()
+                self._read_at = time.monotonic()
+            return self._claim
+
+    def _read(self) -> Claim | None:
+        consumer = Consumer({**credentials.client_config(self.bootstrap), "group.id": f"{self.topic}.reader",
+                             "enable.auto.commit": False, **self._extra})
+        try:
+            tp = TopicPartition(self.topic, 0)
+            high = consumer.get_watermark_offsets(tp, timeout=2)[1]
+            if high is None or high <= 0:
+                return None
+            consumer.assign([TopicPartition(self.topic, 0, high - 1)])  # never joins the group: manual assignment
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    return Claim.decode(msg.value(), msg.offset())
+            return None
+        except KafkaException as e:
+            log.debug("planner election: reading the latest claim: %s", e)
+            return None
+        finally:
+            consumer.close()
+
+
+class ElectionLeadership:
+    """What the HTTP API asks (:class:`streaming.http_leader.Leadership`): this worker's election and the
+    election topic's latest claim."""
+
+    def __init__(self, election: Election, directory: LeaderDirectory, ready: Callable[[], bool]) -> None:
+        self.election = election
+        self.directory = directory
+        self._ready = ready  # whether the planner has caught up with the log since the election
+
+    @property
+    def worker_id(self) -> str:
+        return self.election.worker_id
+
+    def leads(self) -> bool:
+        return self.election.leading
+
+    def ready(self) -> bool:
+        return self._ready()
+
+    def leader(self) -> Claim | None:
+        if self.election.leading and self.election.epoch is not None:
+            return Claim(self.election.worker_id, self.election.epoch, self.election.http)
+        return self.directory.current()

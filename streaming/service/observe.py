@@ -28,6 +28,7 @@ from streaming.service.planner_agent import PlannerAgent
 
 if TYPE_CHECKING:
     from streaming.dashboard.recent import RecentEvents
+    from streaming.http_leader import Leadership
 
 log = logging.getLogger("segcoord.service")
 HEALTH_EVERY_S = 30.0  # unavailable / under-replicated over every used segment: O(used segments), so not per run
@@ -57,6 +58,7 @@ class Observer:
         self._health_at = 0.0
         self._health_every = HEALTH_EVERY_S
         self._metrics_topic_ok: bool | None = None
+        self.leadership: Leadership | None = None  # set by a worker in an election: non-leaders redirect (307)
         setup(loglevel)  # the levels now (the worker's start-up); the handlers' filter once it runs
         planner.on_run = self.metrics.plan_run
 
@@ -87,6 +89,11 @@ class Observer:
         webapp = build_web_app(source, send, self.metrics)
         self._recent = RecentEvents(self.bootstrap, self.topics).start()
         add_dashboard(webapp, source, self.timelines, self._recent)
+        if self.leadership is not None:  # Druid's RedirectFilter: a worker that does not lead sends to the leader
+            from streaming.http_leader import add_leader_routes, leader_middleware
+
+            webapp.middlewares.append(leader_middleware(self.leadership))
+            add_leader_routes(webapp, self.leadership)
         self._runner = web.AppRunner(webapp, access_log=None)
         await self._runner.setup()
         await web.SockSite(self._runner, self.sock).start()

@@ -124,7 +124,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.locks.seal import seal_event, use_refusal
-from coordinator.placement import codec
+from coordinator.placement import codec, fence
 from coordinator.placement.liveness import (
     DEFAULT_SERVER_TIMEOUT_MS,
     server_lost,
@@ -149,7 +149,7 @@ from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, prior_ids, seen_in
 from streaming.service.state import AgentStateStore, StoreBatch
 
-FORMAT_VERSION = "planner-agent/3"  # entries of coordinator.placement.codec (v3: + "heard"; v1 kept its own keys)
+FORMAT_VERSION = "planner-agent/4"  # entries of coordinator.placement.codec (v4: + "epoch", v3: + "heard")
 STORE_NAME = "planner"
 FAULT_ENV = "SEGCOORD_PLANNER_FAULT"  # crash tests only: see _fault_point
 __all__ = ["FORMAT_VERSION", "STORE_NAME", "PlannerAgent", "command_id", "load_state"]
@@ -219,6 +219,9 @@ class PlannerAgent:
         # the elected planner's epoch ("<epoch>:"): run counters are per store, so two leaders' timer-run marks
         # would otherwise share ids for other content (streaming/service/planner_feed.py)
         self.timer_salt = ""
+        # the elected planner's epoch, stamped on every command (``plannerEpoch``); None: no election (tests,
+        # single-process tools). Once the fold reads a later epoch, this planner is deposed and decides nothing.
+        self.epoch: int | None = None
         self.last_batch_size = 0
         self.last_plan: Plan | None = None
         # (plan, state, duration ms, the run's time, whether it looked at every segment)
@@ -331,6 +334,8 @@ class PlannerAgent:
         once per silence; nothing before this process has run for ``server_timeout_ms`` by ``wall_ms``."""
         if self._first_tick is None:
             self._first_tick = wall_ms
+        if self.superseded:
+            return 0  # deposed: liveness is the next leader's to decide
         if wall_ms - self._first_tick < self.server_timeout_ms:
             return 0
         sent = 0
@@ -399,12 +404,17 @@ class PlannerAgent:
         return topic
 
     # -- planning ------------------------------------------------------------------------------
+    @property
+    def superseded(self) -> bool:
+        """Whether the commands read show a later planner epoch than this one's: it was deposed (fence.py)."""
+        return fence.superseded(self.state.epochs, self.epoch)
+
     def _may_decide(self) -> bool:
         """False when a plan cannot decide anything: no server to command, and every rule loads replicas
         (no drop rule, no zero-replica load), so nothing can be marked unused either. Skipping those runs keeps
         a stream without servers (replays, crash tests) as fast as the timeline agent alone."""
         st = self.state
-        if self.catching_up:
+        if self.catching_up or self.superseded:
             return False
         if st.tier_of:
             return True
@@ -478,24 +488,24 @@ class PlannerAgent:
             seg = st.segments[cmd.segment]
             move_id = cmd.command_id if cmd.type == "move" else None
             load = LoadSegment(command_id=cmd.command_id, server=cmd.server, segment=seg, stage=stage,
-                               purpose=purpose, reason=cmd.reason, move_id=move_id)
+                               purpose=purpose, reason=cmd.reason, move_id=move_id, planner_epoch=self.epoch)
             self.sink.send(Envelope(load, cmd.command_id, Instant(now), cmd.server, cause))
             if move_id is None:
                 return 1
             assert cmd.source is not None
             drop_id = command_id("move-drop", move_id)  # one drop half per move
             drop = DropSegment(command_id=drop_id, server=cmd.source, segment_id=sid_text, stage=stage,
-                               purpose=purpose, reason=cmd.reason, move_id=move_id)
+                               purpose=purpose, reason=cmd.reason, move_id=move_id, planner_epoch=self.epoch)
             self.sink.send(Envelope(drop, drop_id, Instant(now), cmd.source, cause))
             return 2
         if cmd.type == "cancel":
             cancel = CancelSegmentLoad(command_id=cmd.command_id, server=cmd.server, segment_id=sid_text,
-                                       reason=cmd.reason, cancels=cmd.cancels)
+                                       reason=cmd.reason, cancels=cmd.cancels, planner_epoch=self.epoch)
             self.sink.send(Envelope(cancel, cmd.command_id, Instant(now), cmd.server, cause))
             return 1
         assert purpose is not None
         drop = DropSegment(command_id=cmd.command_id, server=cmd.server, segment_id=sid_text, stage=stage,
-                           purpose=purpose, reason=cmd.reason)
+                           purpose=purpose, reason=cmd.reason, planner_epoch=self.epoch)
         self.sink.send(Envelope(drop, cmd.command_id, Instant(now), cmd.server, cause))
         return 1
 

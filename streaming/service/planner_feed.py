@@ -20,6 +20,21 @@ drop. A shorter backlog (a first start, a restart) is planned batch by batch as
 it is read, as a single worker always did, so a publish's loads still name the
 publish as their cause.
 
+**A deposed leader stops.** A leader cut off from the group (paused, partitioned) learns it was deposed only
+when it hears from the group again, and may meanwhile decide on a stale view. Three things make that
+harmless and short (docs/workers.md, "Fencing"):
+
+- every command carries the leader's epoch (``plannerEpoch``), and whoever folds ``commands`` (historicals,
+  this planner, replay, audit) voids a command whose server was already commanded in a later epoch
+  (:mod:`coordinator.placement.fence`): the new leader's first command to a server ends the old one's say;
+- the planner decides nothing once its own fold has read a later epoch (:attr:`PlannerAgent.superseded`),
+  and this feed then stops;
+- before it decides, when more than :data:`LEASE_S` passed since it last made sure, the feed checks that no
+  later claim of another worker was written to the election topic (its end offset is still the claim's
+  offset + 1, or the latest claim is this worker's); a
+  process paused longer than the session timeout finds the successor's claim there and stops at once,
+  without waiting for the group to tell it.
+
 Batches and runs go to the planner's one thread (``pool``), as before: the HTTP
 API reads the planner's state on that thread too (with short GIL slices while a
 call runs long, :func:`~streaming.service.delivery.on_pool`, so the worker's
@@ -43,9 +58,10 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from coordinator.placement import fence
 from streaming import credentials
 from streaming.service.delivery import on_pool
-from streaming.service.election import HEADER, say
+from streaming.service.election import HEADER, SESSION_TIMEOUT_MS, Claim, say
 from streaming.service.intake import InputRecord
 from streaming.service.outage import PatientProducer, Shutdown
 from streaming.service.planner_agent import PlannerAgent
@@ -53,6 +69,7 @@ from streaming.service.planner_agent import PlannerAgent
 log = logging.getLogger("segcoord.service")
 
 BATCH_MAX = 1000
+LEASE_S = SESSION_TIMEOUT_MS / 2000  # leadership is checked again before deciding when older than this
 QUIET_CATCH_UP = BATCH_MAX
 EXIT_AGENT_FAILED = 70
 
@@ -63,7 +80,8 @@ class PlannerFeed:
     def __init__(self, bootstrap: str, planner: PlannerAgent, producer: PatientProducer, pool: ThreadPoolExecutor,
                  shutdown: Shutdown, *, worker_id: str, plan_every_s: float,
                  on_batch: Callable[[int, float, int | None], None] | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, election_topic: str | None = None,
+                 latest_claim: Callable[[], Claim | None] | None = None) -> None:
         self.bootstrap = bootstrap
         self.planner = planner
         self.producer = producer
@@ -74,6 +92,11 @@ class PlannerFeed:
         self.on_batch = on_batch
         self.extra = dict(extra or {})
         self.caught_up = False
+        self.election_topic = election_topic  # None: leadership is never re-checked against the log (tests)
+        self.latest_claim = latest_claim  # the election topic's latest claim (a later record may be our own)
+        self.epoch: int | None = None
+        self._confirmed = 0.0  # monotonic time leadership was last confirmed
+        self._own_end = 0  # the election topic's end offset as far as it holds claims of this worker only
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -83,6 +106,9 @@ class PlannerFeed:
         self.producer.headers = [(HEADER, f"{self.worker_id}@{epoch}".encode())]
         # timer-run mark ids count runs per store: salted by the epoch, two leaders never share one
         self.planner.timer_salt = f"{epoch}:"
+        self.planner.epoch = self.epoch = epoch
+        self._confirmed = time.monotonic()
+        self._own_end = epoch + 1
         self._stop = threading.Event()
         self.caught_up = False
         self._thread = threading.Thread(target=self._guarded, args=(self._stop,), name="planner-feed", daemon=True)
@@ -130,6 +156,12 @@ class PlannerFeed:
                 f"{': folded before it plans' if planner.catching_up else ''}")
             next_tick = time.monotonic() + self.plan_every_s
             while not stop.is_set():
+                leads = self._still_leads(consumer)
+                if leads is False or planner.superseded:
+                    self._step_down(planner)
+                    return
+                if leads is None:
+                    continue  # not confirmed (broker unreachable): decide nothing until it is
                 msgs = consumer.consume(BATCH_MAX, 0.05)
                 records = [InputRecord(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
                                        max(0, m.timestamp()[1])) for m in msgs if m.error() is None]
@@ -162,6 +194,36 @@ class PlannerFeed:
                 consumer.close()
             except Exception as e:
                 log.debug("planner feed: close: %s", e)
+
+    def _still_leads(self, consumer: Consumer) -> bool | None:
+        """Whether no later claim is on the election topic (checked when the last check is older than
+        :data:`LEASE_S`); None when the broker did not answer (within a second)."""
+        if self.election_topic is None or self.epoch is None or time.monotonic() - self._confirmed < LEASE_S:
+            return True
+        try:
+            high = consumer.get_watermark_offsets(TopicPartition(self.election_topic, 0), timeout=1, cached=False)[1]
+        except Exception as e:
+            log.debug("planner feed: election watermark: %s", e)
+            return None
+        if high is None or high < 0:
+            return None
+        if high > self._own_end:
+            if self.latest_claim is None:
+                return False
+            claim = self.latest_claim()
+            if claim is None or claim.epoch < high - 1:
+                return None  # the record at the end could not be read yet: ask again
+            if claim.worker != self.worker_id:  # another worker claimed since: deposed
+                return False
+            self._own_end = high  # a second record of this worker's own claim: still ours
+        self._confirmed = time.monotonic()
+        return True
+
+    def _step_down(self, planner: PlannerAgent) -> None:
+        latest = fence.highest(planner.state.epochs)
+        why = (f"its fold read a command of epoch {latest}" if planner.superseded
+               else "a later claim is on the election topic")
+        say(f"planner: epoch {self.epoch} was superseded ({why}); this worker ({self.worker_id}) stops planning")
 
     @staticmethod
     def _lag(consumer: Consumer, at: dict[tuple[str, int], int]) -> int | None:

@@ -3,7 +3,8 @@ restart it, then kill the active controller; the service keeps going, loses noth
 
 Topics have 3 replicas and ``min.insync.replicas=2``; producers use ``acks=all``. The stream is the timeline
 tests' seeded mix of publishes (here imports through the lockbox), announces, unannounces and marks unused,
-plus task requests for the lockbox; the oracle is the pure fold of what reached the log.
+plus task requests for the lockbox; the oracle is the pure fold of what reached the log. The topics the
+worker creates at run time (the planner election's, and all of them when none exist) are replicated alike.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import pytest
 from events import Envelope, Event, Topics
 from events.segments import SegmentsPublished
 from events.topics import LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
-from streaming.admin import create_topics
+from streaming.admin import Replication, create_topics, replication_of
 from streaming.cli import main
 from streaming.local_cluster import LocalCluster
+from streaming.service.election import election_topic
 from tests.accepted import import_request
 from tests.integration.test_service_broker_restart import lockbox_published, produce
 from tests.integration.test_service_lockbox import dedup, request_stream
@@ -75,6 +77,9 @@ def test_a_node_killed_and_restarted_then_the_controller_killed_loses_nothing(
         produce(bootstrap, topics, [*thirds[0][0], *thirds[0][1]])
         wait_for("visibility changes flowing", lambda: count_distinct_ids(bootstrap, topics.name(TIMELINE)) > 50,
                  service, 90)
+        # the topic the worker created at run time (the planner election) is replicated as the deployment's
+        election = replication_of(bootstrap, election_topic(topics))
+        assert election == Replication(3, "2"), election
         controller = cluster.controller()
         victim = next(n for n in (1, 2, 3) if n != controller)
         cluster.kill(victim)  # a broker that leads some partitions, mid-stream
@@ -102,6 +107,10 @@ def test_a_node_killed_and_restarted_then_the_controller_killed_loses_nothing(
     check_agent_equals_fold(bootstrap, topics, tmp_path / "state")
     assert dedup(read_all(bootstrap, topics.name(LOCKS))) == expected_locks.locks
     assert lockbox_published(bootstrap, topics) == expected_locks.segments
+    # topics segcoord run has to create itself take the cluster's defaults (3 replicas, min.insync.replicas 2)
+    fresh = Topics(f"f{uuid.uuid4().hex[:10]}.")
+    create_topics(bootstrap, fresh, replication=None)
+    assert {replication_of(bootstrap, fresh.name(t)) for t in (SEGMENTS, LOCKS)} == {Replication(3, "2")}
     capsys.readouterr()
     assert main(["audit", "--json", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix]) == 0
     assert json.loads(capsys.readouterr().out)["violations"] == []

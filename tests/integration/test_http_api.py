@@ -150,9 +150,10 @@ def cluster(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
                 e.event.server for e in decoded(kafka_bootstrap, topics, "cluster")  # type: ignore[attr-defined]
                 if isinstance(e.event, ServerJoined)} == {"h1", "h2"}, svc)
 
-            def up() -> bool:
+            def up() -> bool:  # serving, elected to run the planner and caught up (else it answers 503)
                 try:
-                    return api.call("GET", "/status/health")[1] is True
+                    return api.call("GET", "/status/health")[1] is True and \
+                        api.call("GET", f"{V1}/isLeader")[0] == 200
                 except OSError:
                     return False
             wait_for("the HTTP API", up, svc, 60)

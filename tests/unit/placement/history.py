@@ -49,6 +49,7 @@ def history(draw: st.DrawFn, size: int = 40) -> list[Envelope[Event]]:
         cid = draw(st.sampled_from(COMMAND_IDS))
         at = T0 + draw(st.integers(0, 40)) * 60_000
         cause: str | None = draw(st.sampled_from([None, *COMMAND_IDS]))
+        epoch = draw(st.sampled_from([None, 1, 2, 3]))  # the deciding planner's epoch: some commands are void
         event: Event
         key = server
         event_id = f"e{i}"
@@ -78,25 +79,26 @@ def history(draw: st.DrawFn, size: int = 40) -> list[Envelope[Event]]:
             event = SegmentUnannounced(server=server, segment_id=str(seg.id))
             key = seg.data_source
         elif kind == "load":
-            event = LoadSegment(command_id=cid, server=server, segment=seg, stage="1", purpose="loading", reason="r")
+            event = LoadSegment(command_id=cid, server=server, segment=seg, stage="1", purpose="loading", reason="r",
+                                planner_epoch=epoch)
             event_id, cause = cid, None
         elif kind == "move":
             source = draw(st.sampled_from(SERVERS))
             load = LoadSegment(command_id=cid, server=server, segment=seg, stage="7",
                                purpose="balancing", reason="cheaper",
-                               move_id=cid)
+                               move_id=cid, planner_epoch=epoch)
             out.append(Envelope(load, cid, Instant(at), server, None))
             event = DropSegment(command_id=cid + "-d", server=source, segment_id=str(seg.id), stage="7",
                                 purpose="balancing",
-                                reason="cheaper", move_id=cid)
+                                reason="cheaper", move_id=cid, planner_epoch=epoch)
             event_id, cause, key = cid + "-d", None, source
         elif kind == "drop":
             event = DropSegment(command_id=cid, server=server, segment_id=str(seg.id), stage="12",
-                                purpose="unloading", reason="r")
+                                purpose="unloading", reason="r", planner_epoch=epoch)
             event_id, cause = cid, None
         elif kind == "cancel":
             event = CancelSegmentLoad(command_id="x" + cid, server=server, segment_id=str(seg.id), reason="r",
-                                      cancels=draw(st.sampled_from([None, cid])))
+                                      cancels=draw(st.sampled_from([None, cid])), planner_epoch=epoch)
             event_id, cause = "x" + cid, None
         elif kind == "refuse":
             event = SegmentLoadRefused(server=server, command_id=cid, segment_id=str(seg.id), reason="full",

@@ -9,6 +9,8 @@ from events.commands import DropSegment, LoadSegment
 from events.envelope import Envelope
 from events.registry import Event
 from events.schema import Instant
+from events.segments import SegmentsPublished
+from tests.accepted import through_lockbox
 from tests.unit.placement.history import POOL, T0
 
 SEG = POOL[0]
@@ -53,3 +55,42 @@ def test_a_refused_move_is_remembered_through_the_store() -> None:
     load, drop = move("m1")
     restored.evolve_all([load, drop])
     assert restored.queue == {}
+
+
+def test_two_moves_of_one_segment_each_from_the_others_target_fold_without_error() -> None:
+    """h2 takes the segment from h1 while h1 takes it from h2 (two balancers, or a deposed planner's move read
+    with the new one's): each server is the other's move source. Refreshing one pair re-entered the other's
+    refresh, which removed the first pair's contribution twice (KeyError); found by the adapter property test."""
+    def cross(mid: str, target: str, source: str) -> tuple[Envelope[Event], Envelope[Event]]:
+        load = LoadSegment(command_id=mid, server=target, segment=SEG, stage="7", purpose="balancing", reason="r",
+                           move_id=mid)
+        drop = DropSegment(command_id=mid + "-d", server=source, segment_id=str(SEG.id), stage="7",
+                           purpose="balancing", reason="r", move_id=mid)
+        return env(load, mid), env(drop, mid + "-d")
+
+    (l1, d1), (l2, d2) = cross("m1", "h2", "h1"), cross("m2", "h1", "h2")
+    for order in ([l1, d1, l2, d2], [l1, l2, d1, d2], [l2, d1, d2, l1]):
+        st = PlacementState()
+        st.evolve_all([env(ServerJoined(server=n, tier="hot", max_size_bytes=10_000), "j" + n) for n in ("h1", "h2")])
+        st.evolve_all(order)
+        assert sorted(st.queue) == ["m1", "m1-d", "m2", "m2-d"], order
+        if order == [l1, d1, l2, d2]:  # each move read whole, loads first: both servers are move sources
+            assert st.move_sources.get(SEG.id) == {"h1", "h2"}
+        fresh, _ = codec.restore([(f, k, v) for f, k, v in codec.entries(st) if v is not None])
+        assert fresh.move_sources.get(SEG.id) == st.move_sources.get(SEG.id)
+        assert fresh.loading == st.loading
+
+
+def test_a_move_read_drop_half_first_knows_its_source_as_when_read_load_first() -> None:
+    """The halves are keyed by two servers, so on two partitions: a new leader, replay or a historical may read
+    either first. The load used to learn its source only when read before the drop half."""
+    load, drop = move("m1")
+    seen = []
+    for order in ([load, drop], [drop, load]):
+        st = PlacementState()
+        st.evolve_all([env(ServerJoined(server=n, tier="hot", max_size_bytes=10_000), "j" + n) for n in ("h1", "h2")])
+        st.evolve(through_lockbox(env(SegmentsPublished(task_id="t", segments=(SEG,)), "pub")))
+        st.evolve_all(order)
+        seen.append(({c: (q.server, q.action, q.source) for c, q in sorted(st.queue.items())},
+                     st.move_sources.get(SEG.id)))
+    assert seen[0] == seen[1] and seen[0][0]["m1"] == ("h2", "load", "h1") and seen[0][1] == {"h1"}
