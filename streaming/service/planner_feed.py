@@ -53,6 +53,7 @@ from streaming.service.planner_agent import PlannerAgent
 log = logging.getLogger("segcoord.service")
 
 BATCH_MAX = 1000
+POLL_S = 0.05  # the longest the feed waits for input before it looks at its timer
 QUIET_CATCH_UP = BATCH_MAX
 EXIT_AGENT_FAILED = 70
 
@@ -130,7 +131,7 @@ class PlannerFeed:
                 f"{': folded before it plans' if planner.catching_up else ''}")
             next_tick = time.monotonic() + self.plan_every_s
             while not stop.is_set():
-                msgs = consumer.consume(BATCH_MAX, 0.05)
+                msgs = self._fetch(consumer)
                 records = [InputRecord(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
                                        max(0, m.timestamp()[1])) for m in msgs if m.error() is None]
                 for m in msgs:
@@ -162,6 +163,14 @@ class PlannerFeed:
                 consumer.close()
             except Exception as e:
                 log.debug("planner feed: close: %s", e)
+
+    @staticmethod
+    def _fetch(consumer: Consumer) -> list[Any]:
+        """What the consumer holds, up to ``BATCH_MAX`` messages: one poll of at most ``POLL_S`` that returns at the
+        first message, then what is already buffered, without waiting (``consume(n, t)`` alone waits until ``n``
+        messages arrived or ``t`` passed: every publish read while the feed keeps up waited the whole ``t``)."""
+        first = consumer.poll(POLL_S)
+        return [] if first is None else [first, *consumer.consume(BATCH_MAX - 1, 0)]
 
     @staticmethod
     def _lag(consumer: Consumer, at: dict[tuple[str, int], int]) -> int | None:
