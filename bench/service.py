@@ -518,8 +518,10 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
         return None
     inside = sorted((hist.loads_created[k] - sent_at[k]) * 1000 for k in sent_at if k in hist.loads_created)
     p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    # CPU per publish: what the worker needs, steadier than latency on a shared machine. The agents' Python code
+    # shares one GIL: at 1000/s, 1 ms per publish (much of it under the GIL) is a whole core, and queues build
     print(f"  the worker used {busy:.2f} CPU seconds per second from the first publish to the last load read "
-          f"({window:.1f}s)")
+          f"({window:.1f}s): {busy * window / paced * 1000:.2f} CPU ms per publish")
     print(f"[{planner} planner] placement latency, publish request -> LoadSegment read "
           f"({len(lat)}/{len(sent_at)} at {rate:.0f}/s, "
           f"{servers} servers, {preload} segments): p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms; "
