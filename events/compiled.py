@@ -34,6 +34,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import threading
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -49,6 +50,29 @@ FastEncoder = Callable[[Any], dict[str, Any]]
 
 _DECODERS: dict[type, FastDecoder] = {}
 _ENCODERS: dict[type, FastEncoder] = {}
+# One compile at a time, so a thread never calls the placeholder of a compile another thread has in progress
+# (the worker decodes on its event loop and on the planner's thread at once: the placeholder would call itself
+# until RecursionError). The compiling thread itself gets its placeholders back: a recursive record type.
+_COMPILING = threading.RLock()
+_PENDING: dict[tuple[str, type], Callable[[Any], Any]] = {}
+
+
+def _cached(cache: dict[type, Any], kind: str, cls: type, build: Callable[[type], Any]) -> Any:
+    """``cache[cls]``, built (once, under :data:`_COMPILING`) by ``build(cls)`` when missing."""
+    found = cache.get(cls)
+    if found is not None:
+        return found
+    with _COMPILING:
+        found = cache.get(cls) or _PENDING.get((kind, cls))
+        if found is not None:
+            return found
+        _PENDING[(kind, cls)] = lambda value: cache[cls](value)  # resolved when called, after the compile
+        try:
+            made = build(cls)
+            cache[cls] = made
+        finally:
+            del _PENDING[(kind, cls)]
+        return made
 
 _INTERVALS: dict[str, Interval] = {}
 _INTERVALS_MAX = 1 << 16
@@ -337,11 +361,10 @@ def _function(src: _Source, name: str) -> Any:
 
 def compile_decoder(cls: type) -> FastDecoder:
     """The generated decoder of a record type: JSON object -> record, or FAIL (cached per type)."""
-    found = _DECODERS.get(cls)
-    if found is not None:
-        return found
-    # A recursive record type reaches itself through this placeholder until compiled.
-    _DECODERS[cls] = lambda obj: _DECODERS[cls](obj)
+    return _cached(_DECODERS, "decode", cls, _build_decoder)  # type: ignore[no-any-return]
+
+
+def _build_decoder(cls: type) -> FastDecoder:
     src = _Source()
     src.emit(0, "def generated(obj):")
     src.emit(1, "if type(obj) is not dict:")
@@ -349,7 +372,6 @@ def compile_decoder(cls: type) -> FastDecoder:
     _emit_record(src, cls, "obj", 1)
     src.emit(1, "return r")
     decoder: FastDecoder = _function(src, f"decode {cls.__name__}")
-    _DECODERS[cls] = decoder
     return decoder
 
 
@@ -416,10 +438,10 @@ def _encode_value(src: _Source, tp: Any, expr: str) -> str:
 
 def compile_encoder(cls: type) -> FastEncoder:
     """The generated encoder of a record type: record -> JSON object (cached per type)."""
-    found = _ENCODERS.get(cls)
-    if found is not None:
-        return found
-    _ENCODERS[cls] = lambda record: _ENCODERS[cls](record)
+    return _cached(_ENCODERS, "encode", cls, _build_encoder)  # type: ignore[no-any-return]
+
+
+def _build_encoder(cls: type) -> FastEncoder:
     src = _Source()
     emit = src.emit
     emit(0, "def generated(r):")
@@ -432,5 +454,4 @@ def compile_encoder(cls: type) -> FastEncoder:
         emit(2, f"out[{f.metadata['wire']!r}] = {_encode_value(src, tp, 'v')}")
     emit(1, "return out")
     encoder: FastEncoder = _function(src, f"encode {cls.__name__}")
-    _ENCODERS[cls] = encoder
     return encoder

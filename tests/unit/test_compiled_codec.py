@@ -124,3 +124,44 @@ def test_decode_record_keeps_the_callers_path_in_errors() -> None:
         decode_record(SegmentDescriptor, {"dataSource": "ds", "interval": "2026-01-01/P1D", "version": ""},
                       "segments[3]")
     assert str(info.value) == "segments[3].version: must not be empty (got '')"
+
+
+def test_a_thread_never_calls_a_decoder_another_thread_is_still_compiling() -> None:
+    """The worker decodes on its event loop and on the planner's thread at once. Before the compile lock, a
+    thread asking for a decoder while another compiled it got the compile's placeholder, which called itself
+    until RecursionError (seen in the integration tests' historical threads), and an agent failure ends the
+    worker. Thread A's compile is held open until thread B has asked for the same decoder and decoded with it
+    (or 2 s passed: with the lock, B waits for A, so A goes on after that bound)."""
+    import threading
+
+    import events.compiled as compiled
+    from events import Interval
+
+    seg = SegmentDescriptor("wiki", Interval(1_767_225_600_000, 1_767_312_000_000), "v1", 0, 10)
+    obj = encode_record_reflective(seg)
+    asked, decoded = threading.Event(), threading.Event()
+    results: list[object] = []
+    build = compiled._function
+
+    def held_open(src: Any, name: str) -> Any:
+        if name == "decode SegmentDescriptor":
+            asked.wait(10)
+            decoded.wait(2)
+        return build(src, name)
+
+    def thread_b() -> None:
+        asked.set()
+        try:
+            results.append(compile_decoder(SegmentDescriptor)(obj))
+        except RecursionError as e:
+            results.append(e)
+        decoded.set()
+
+    with mock.patch.dict(compiled._DECODERS, clear=True), mock.patch.object(compiled, "_function", held_open):
+        a = threading.Thread(target=compile_decoder, args=(SegmentDescriptor,))
+        a.start()
+        b = threading.Thread(target=thread_b)
+        b.start()
+        a.join(30)
+        b.join(30)
+    assert results == [seg]
