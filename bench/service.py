@@ -16,7 +16,10 @@ Three measurements, each against a fresh topic prefix and an empty state folder:
    holding ``--preload`` segments x 2 replicas, first with ``segcoord run --planner full`` (every run plans the
    whole cluster: the baseline) and then with the incremental planner, and the ratio of their p99s.
    ``--preload-via direct`` (the default above 10k segments) writes the preloaded placement into the planner's
-   store before the worker starts; ``lockbox`` reaches it through lock requests and real loads.
+   store before the worker starts; ``lockbox`` reaches it through lock requests and real loads. It also prints
+   the worker's CPU seconds per second during the paced window and its CPU ms per publish (what the worker needs,
+   steadier than latency on a shared machine); ``SEGCOORD_BENCH_PROFILE=PATH`` attaches py-spy to the worker for
+   the paced window only (``PATH.full.raw``, ``PATH.incremental.raw``).
 
 Baseline in the same run: a pure in-process fold of the same events (decode + ``Timelines.apply``, decode +
 ``Lockbox.handle``), printed with the service/fold ratio.
