@@ -16,7 +16,10 @@ Three measurements, each against a fresh topic prefix and an empty state folder:
    holding ``--preload`` segments x 2 replicas, first with ``segcoord run --planner full`` (every run plans the
    whole cluster: the baseline) and then with the incremental planner, and the ratio of their p99s.
    ``--preload-via direct`` (the default above 10k segments) writes the preloaded placement into the planner's
-   store before the worker starts; ``lockbox`` reaches it through lock requests and real loads.
+   store before the worker starts; ``lockbox`` reaches it through lock requests and real loads. It also prints
+   the worker's CPU seconds per second during the paced window and its CPU ms per publish (what the worker needs,
+   steadier than latency on a shared machine); ``SEGCOORD_BENCH_PROFILE=PATH`` attaches py-spy to the worker for
+   the paced window only (``PATH.full.raw``, ``PATH.incremental.raw``).
 
 ``--only agent``: the timeline agent alone in this process (no broker, no worker, a real RocksDB store), against
 the same fold: what the agent adds to the fold, per CPU second.
@@ -172,9 +175,10 @@ def end_offset(bootstrap: str, topic: str) -> int:
 
 class Worker:
     def __init__(self, bootstrap: str, topics: Topics, state: Path, log: Path, planner: str = "incremental",
-                 balancer: str = "planner") -> None:
+                 balancer: str = "planner", profile_all: bool = True) -> None:
         self.log = log
-        profile = os.environ.get("SEGCOORD_BENCH_PROFILE")  # a py-spy raw profile of the worker goes there
+        # a py-spy raw profile of the worker goes there (placement: of the paced window only, see attach_profile)
+        profile = os.environ.get("SEGCOORD_BENCH_PROFILE") if profile_all else None
         self.profiled = bool(profile)
         wrap = [str(Path(sys.executable).parent / "py-spy"), "record", "-r", "50", "-f", "raw", "-o",
                 f"{profile}.{planner}.raw", "--"] if profile else []
@@ -203,6 +207,18 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+def attach_profile(worker: Worker, label: str, seconds: float) -> subprocess.Popen[bytes] | None:
+    """With ``SEGCOORD_BENCH_PROFILE=PATH``: py-spy records the running worker (every thread, 100 samples/s) for
+    ``seconds`` into ``PATH.<label>.raw`` (one line per stack, py-spy's raw format), so the profile covers the
+    measured window only, not the start-up and restore. Returns the py-spy process (None when unset)."""
+    profile = os.environ.get("SEGCOORD_BENCH_PROFILE")
+    if not profile:
+        return None
+    return subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-r", "100", "-f", "raw",
+                             "--threads", "-d", str(max(1, int(seconds))), "-p", str(worker.proc.pid), "-o",
+                             f"{profile}.{label}.raw"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _children(pid: int) -> list[int]:
@@ -462,7 +478,9 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
         preload_store(state_dir, servers, preload, int(time.time() * 1000))
         print(f"placement: the planner's store preloaded with {preload} segments x 2 on {servers} servers "
               f"in {time.perf_counter() - t0:.1f}s")
-    worker = Worker(bootstrap, topics, state_dir, work / f"placement-{planner}.log", planner, balancer)
+    worker = Worker(bootstrap, topics, state_dir, work / f"placement-{planner}.log", planner, balancer,
+                    profile_all=False)
+    spy = None
     hist = Historicals(bootstrap, topics)
     producer = EventProducer(bootstrap, topics, extra={"linger.ms": 0})
     try:
@@ -517,6 +535,8 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
         time.sleep(5.0)
         print(f"  settled {time.perf_counter() - started:.1f}s after the preload began")
         sent_at: dict[str, float] = {}
+        spy = attach_profile(worker, planner, paced / rate + 1)
+        cpu_began = cpu_seconds(worker.proc.pid)
         began = time.perf_counter()
         first = 1 if direct else preload
         for i in range(paced):
@@ -532,6 +552,10 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
         deadline = time.monotonic() + 60 + preload / 1000  # a full run at 1M segments takes about a minute
         while any(k not in hist.loads_read for k in sent_at) and time.monotonic() < deadline:
             time.sleep(0.1)
+        window = time.perf_counter() - began
+        busy = (cpu_seconds(worker.proc.pid) - cpu_began) / window
+        if spy is not None:
+            spy.wait(120)
         published = published_at(bootstrap, topics, ds)
     finally:
         hist.stop()
@@ -542,6 +566,10 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
         return None
     inside = sorted((hist.loads_created[k] - sent_at[k]) * 1000 for k in sent_at if k in hist.loads_created)
     p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    # CPU per publish: what the worker needs, steadier than latency on a shared machine. The agents' Python code
+    # shares one GIL: at 1000/s, 1 ms per publish (much of it under the GIL) is a whole core, and queues build
+    print(f"  the worker used {busy:.2f} CPU seconds per second from the first publish to the last load read "
+          f"({window:.1f}s): {busy * window / paced * 1000:.2f} CPU ms per publish")
     print(f"[{planner} planner] placement latency, publish request -> LoadSegment read "
           f"({len(lat)}/{len(sent_at)} at {rate:.0f}/s, "
           f"{servers} servers, {preload} segments): p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms; "

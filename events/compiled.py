@@ -368,7 +368,6 @@ def _compile_decoder(cls: type) -> FastDecoder:
     _emit_record(src, cls, "obj", 1)
     src.emit(1, "return r")
     decoder: FastDecoder = _function(src, f"decode {cls.__name__}")
-    _DECODERS[cls] = decoder
     return decoder
 
 
@@ -462,5 +461,4 @@ def _compile_encoder(cls: type) -> FastEncoder:
         emit(2, f"out[{f.metadata['wire']!r}] = {_encode_value(src, tp, 'v')}")
     emit(1, "return out")
     encoder: FastEncoder = _function(src, f"encode {cls.__name__}")
-    _ENCODERS[cls] = encoder
     return encoder

@@ -342,8 +342,14 @@ class Projected:
 
     # -- facts: segments and holdings --------------------------------------------------------------
     def learn(self, seg: SegmentDescriptor, used: bool | None) -> None:
-        """Know a segment (a publish: ``used=True`` and its descriptor wins; an announce or load: ``None``)."""
+        """Know a segment (a publish: ``used=True`` and its descriptor wins; an announce or load: ``None``).
+
+        An announce or load of a known segment changes nothing here (its descriptor stays, and a used one is indexed
+        since it became both known and used): it returns at once, nothing marked dirty, as every announce and every
+        command read back reaches here (a third of the planner's fold, ``bench.service --only placement``)."""
         sid = seg.id
+        if used is None and sid in self.segments:
+            return
         new = sid not in self.segments
         if new or used:
             self.segments[sid] = seg

@@ -137,9 +137,12 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
         broker_heartbeat_interval=1.0,
         broker_max_poll_records=BATCH_MAX,
     )
+    # delivered in this order within a fetched batch: the lockbox first, so a publish request is decided and its
+    # sealed segments_published sent before the timeline and upsert agents fold the rest of the batch (the
+    # planner, on the elected worker, waits for that record; docs/service.md, "Publish -> load_segment latency")
     agents: list[tuple[str, tuple[str, ...], Agent]] = [
-        ("timeline", (topics.name(SEGMENTS),), timeline),
         ("lockbox", (topics.name(LOCK_REQUESTS),), lockbox),
+        ("timeline", (topics.name(SEGMENTS),), timeline),
     ]
     if planner is not None:
         agents.append(("planner", tuple(topics.name(t) for t in (SEGMENTS, CLUSTER, COMMANDS)), planner))

@@ -70,6 +70,7 @@ log = logging.getLogger("segcoord.service")
 
 BATCH_MAX = 1000
 LEASE_S = SESSION_TIMEOUT_MS / 2000  # leadership is checked again before deciding when older than this
+POLL_S = 0.05  # the longest the feed waits for input before it looks at its timer
 QUIET_CATCH_UP = BATCH_MAX
 EXIT_AGENT_FAILED = 70
 
@@ -162,7 +163,7 @@ class PlannerFeed:
                     return
                 if leads is None:
                     continue  # not confirmed (broker unreachable): decide nothing until it is
-                msgs = consumer.consume(BATCH_MAX, 0.05)
+                msgs = self._fetch(consumer)
                 records = [InputRecord(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
                                        max(0, m.timestamp()[1])) for m in msgs if m.error() is None]
                 for m in msgs:
@@ -224,6 +225,14 @@ class PlannerFeed:
         why = (f"its fold read a command of epoch {latest}" if planner.superseded
                else "a later claim is on the election topic")
         say(f"planner: epoch {self.epoch} was superseded ({why}); this worker ({self.worker_id}) stops planning")
+
+    @staticmethod
+    def _fetch(consumer: Consumer) -> list[Any]:
+        """What the consumer holds, up to ``BATCH_MAX`` messages: one poll of at most ``POLL_S`` that returns at the
+        first message, then what is already buffered, without waiting (``consume(n, t)`` alone waits until ``n``
+        messages arrived or ``t`` passed: every publish read while the feed keeps up waited the whole ``t``)."""
+        first = consumer.poll(POLL_S)
+        return [] if first is None else [first, *consumer.consume(BATCH_MAX - 1, 0)]
 
     @staticmethod
     def _lag(consumer: Consumer, at: dict[tuple[str, int], int]) -> int | None:
