@@ -47,6 +47,7 @@ from typing import Any, Literal
 from sortedcontainers import SortedKeyList
 
 from coordinator.balancer.cost_cache import ServerCostCache
+from coordinator.balancer.cost_index import ClusterCostIndex
 from coordinator.placement.records import InFlight, ServerFacts
 from coordinator.timeline.index import IntervalIndex
 from events.segment import SegmentDescriptor, SegmentId
@@ -169,6 +170,8 @@ class Projected:
         self.active_in: dict[SegmentId, Counter[str]] = {}
         self.balanceable: dict[str, Any] = {}  # tier -> SortedKeyList of segment ids (see the module docstring)
         self.caches: dict[str, ServerCostCache] = {}
+        # tier -> the cost index of its servers' projected segments (built on first use, then updated pair by pair)
+        self.tier_indexes: dict[str, ClusterCostIndex] = {}
         # server -> segments whose membership in its built cache changed since the cache was last read (True: in)
         self._cache_delta: dict[str, dict[SegmentId, bool]] = {}
         self.touched_segments: set[SegmentId] = set()  # every segment whose projection changed (callers drain it)
@@ -250,6 +253,25 @@ class Projected:
                 cache.extend(added)
         return cache
 
+    def tier_index(self, tier: str) -> ClusterCostIndex:
+        """The cost index of the tier's servers (every joined one, in name order) over their projected segments:
+        built in bulk on first use, then kept current by the fold, O(log n) amortised per change of a pair's
+        projection (:meth:`_refresh`); a server joining or leaving the tier drops it (built again when next
+        asked for). One :meth:`ClusterCostIndex.costs_of` answers a segment's cost on every server of the tier."""
+        index = self.tier_indexes.get(tier)
+        if index is None:
+            names = self.tiers.get(tier, [])
+            index = ClusterCostIndex.build(
+                {n: [self.segments[s] for s in self.projected_segments(n)] for n in names})
+            self.tier_indexes[tier] = index
+        return index
+
+    def costs_in(self, tier: str, seg: SegmentDescriptor) -> dict[str, float]:
+        """Σ cost(seg, y) over each tier server's projected segments y, the segment itself excluded (a holder and
+        a candidate are scored alike): one query of the tier's index."""
+        index = self.tier_index(tier)
+        return dict(zip(index.servers, index.costs_of(seg).tolist(), strict=True))
+
     def known_command(self, cid: str) -> bool:
         """Whether a command with this id was sent or read back: in flight, or settled."""
         return cid in self.queue or cid in self.settled or self.settled_before(cid)
@@ -308,6 +330,7 @@ class Projected:
         return out
 
     def _join(self, name: str, tier: str) -> None:
+        self.tier_indexes.pop(tier, None)  # its servers change: built again when next asked for
         self.tier_of[name] = tier
         names = self.tiers.setdefault(tier, [])
         names.append(name)
@@ -320,6 +343,7 @@ class Projected:
 
     def _leave(self, name: str) -> None:
         tier = self.tier_of.pop(name)
+        self.tier_indexes.pop(tier, None)
         for sid in sorted(self._server_pairs(name)):
             self._refresh(name, sid)
         self.tiers[tier].remove(name)
@@ -494,17 +518,23 @@ class Projected:
         self.touched_segments.add(sid)
         self.mark_pending.add(sid)
         cached = name in self.caches
+        was = old is not None and old.projected
         if old is not None:
             self._contribute(name, sid, old, -1)
             del self._pairs[key]
         if new is not None:
             self._pairs[key] = new
             self._contribute(name, sid, new, +1)
-        if cached:
-            was = old is not None and old.projected
-            now = new is not None and new.projected
-            if was != now:  # applied when the cache is next read (see ``cache``)
+        now = new is not None and new.projected
+        if was != now:
+            if cached:  # applied when the cache is next read (see ``cache``)
                 self._cache_delta.setdefault(name, {})[sid] = now
+            index = self.tier_indexes.get((new or old).tier)  # type: ignore[union-attr]
+            if index is not None:
+                if now:
+                    index.add(name, self.segments[sid])
+                else:
+                    index.remove(name, sid)
 
     def _contribute(self, name: str, sid: SegmentId, d: _Derived, sign: int) -> None:
         tier = d.tier
