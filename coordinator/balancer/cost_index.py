@@ -374,7 +374,7 @@ class ClusterCostIndex:
         self._maybe_rebuild()
 
     def _maybe_rebuild(self) -> None:
-        if self.delta_size() > REBUILD_BASE + len(self.starts) // REBUILD_FRACTION:
+        if self.delta_size() > index_rebuild_size(len(self.starts)):
             self._rebuild()
 
     def _rebuild(self, extra_server: str | None = None) -> None:
@@ -432,6 +432,11 @@ class ClusterCostIndex:
 
 REBUILD_BASE = 1024  # the delta may hold this many rows, plus one per REBUILD_FRACTION static rows, between builds
 REBUILD_FRACTION = 250
+
+
+def index_rebuild_size(rows: int) -> int:
+    """How many delta rows an index of ``rows`` static rows holds before it is built again in bulk."""
+    return REBUILD_BASE + rows // REBUILD_FRACTION
 
 
 class _Column:

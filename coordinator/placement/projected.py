@@ -47,7 +47,7 @@ from typing import Any, Literal
 from sortedcontainers import SortedKeyList
 
 from coordinator.balancer.cost_cache import ServerCostCache
-from coordinator.balancer.cost_index import ClusterCostIndex
+from coordinator.balancer.cost_index import ClusterCostIndex, index_rebuild_size
 from coordinator.placement.records import InFlight, ServerFacts
 from coordinator.timeline.index import IntervalIndex
 from events.segment import SegmentDescriptor, SegmentId
@@ -172,6 +172,8 @@ class Projected:
         self.caches: dict[str, ServerCostCache] = {}
         # tier -> the cost index of its servers' projected segments (built on first use, then updated pair by pair)
         self.tier_indexes: dict[str, ClusterCostIndex] = {}
+        # tier -> (server, segment) pairs whose membership in its built index changed since it was last read
+        self._index_delta: dict[str, dict[Pair, bool]] = {}
         # server -> segments whose membership in its built cache changed since the cache was last read (True: in)
         self._cache_delta: dict[str, dict[SegmentId, bool]] = {}
         self.touched_segments: set[SegmentId] = set()  # every segment whose projection changed (callers drain it)
@@ -255,15 +257,26 @@ class Projected:
 
     def tier_index(self, tier: str) -> ClusterCostIndex:
         """The cost index of the tier's servers (every joined one, in name order) over their projected segments:
-        built in bulk on first use, then kept current by the fold, O(log n) amortised per change of a pair's
-        projection (:meth:`_refresh`); a server joining or leaving the tier drops it (built again when next
-        asked for). One :meth:`ClusterCostIndex.costs_of` answers a segment's cost on every server of the tier."""
+        built in bulk on first use, then kept current: the fold notes each change of a pair's projection
+        (:meth:`_refresh`) and the next read applies them, O(log n) amortised each, or builds the index again in
+        bulk when they outnumber what its delta holds (a full run's loads); a server joining or leaving the tier
+        drops it (built again when next asked for). One :meth:`ClusterCostIndex.costs_of` answers a segment's
+        cost on every server of the tier."""
         index = self.tier_indexes.get(tier)
+        delta = self._index_delta.pop(tier, None)
+        if index is not None and delta and len(delta) > index_rebuild_size(len(index)):
+            index = None  # a burst (a full run's loads): one bulk build beats that many updates
         if index is None:
             names = self.tiers.get(tier, [])
             index = ClusterCostIndex.build(
                 {n: [self.segments[s] for s in self.projected_segments(n)] for n in names})
             self.tier_indexes[tier] = index
+        elif delta:
+            for (name, sid), now_in in sorted(delta.items(), key=lambda kv: (kv[0][0], kv[0][1].sort_key)):
+                if now_in:
+                    index.add(name, self.segments[sid])
+                else:
+                    index.remove(name, sid)
         return index
 
     def costs_in(self, tier: str, seg: SegmentDescriptor) -> dict[str, float]:
@@ -331,6 +344,7 @@ class Projected:
 
     def _join(self, name: str, tier: str) -> None:
         self.tier_indexes.pop(tier, None)  # its servers change: built again when next asked for
+        self._index_delta.pop(tier, None)
         self.tier_of[name] = tier
         names = self.tiers.setdefault(tier, [])
         names.append(name)
@@ -344,6 +358,7 @@ class Projected:
     def _leave(self, name: str) -> None:
         tier = self.tier_of.pop(name)
         self.tier_indexes.pop(tier, None)
+        self._index_delta.pop(tier, None)
         for sid in sorted(self._server_pairs(name)):
             self._refresh(name, sid)
         self.tiers[tier].remove(name)
@@ -529,12 +544,9 @@ class Projected:
         if was != now:
             if cached:  # applied when the cache is next read (see ``cache``)
                 self._cache_delta.setdefault(name, {})[sid] = now
-            index = self.tier_indexes.get((new or old).tier)  # type: ignore[union-attr]
-            if index is not None:
-                if now:
-                    index.add(name, self.segments[sid])
-                else:
-                    index.remove(name, sid)
+            tier = (new or old).tier  # type: ignore[union-attr]
+            if tier in self.tier_indexes:  # applied when the index is next read (see ``tier_index``)
+                self._index_delta.setdefault(tier, {})[key] = now
 
     def _contribute(self, name: str, sid: SegmentId, d: _Derived, sign: int) -> None:
         tier = d.tier
