@@ -244,6 +244,11 @@ class ClusterCostIndex:
     def __len__(self) -> int:
         return int(np.count_nonzero(self._live)) + len(self._add_segments)
 
+    @property
+    def static_rows(self) -> int:
+        """Rows of the last bulk build (live or not): what the delta's size is measured against."""
+        return len(self.starts)
+
     def delta_size(self) -> int:
         """Rows in the delta (added, plus static rows removed) since the last bulk build."""
         return len(self._add_segments) + len(self._removed)

@@ -264,7 +264,7 @@ class Projected:
         cost on every server of the tier."""
         index = self.tier_indexes.get(tier)
         delta = self._index_delta.pop(tier, None)
-        if index is not None and delta and len(delta) > index_rebuild_size(len(index)):
+        if index is not None and delta and len(delta) > index_rebuild_size(index.static_rows):
             index = None  # a burst (a full run's loads): one bulk build beats that many updates
         if index is None:
             names = self.tiers.get(tier, [])

@@ -416,16 +416,22 @@ class _Run:
                          and n not in p.decommissioning and n not in p.move_sources.get(sid, ()))
         if not holders or p.pending.get(sid):
             return "stay"
-        dests = [n for n in p.tiers[tier] if n not in p.decommissioning and self.can_take(n, sid)]
-        if not dests:
-            return "stay"
+        # the reference walks the trees of the servers that can take the segment; the index answers for all
+        dests = [n for n in p.tiers[tier] if n not in p.decommissioning and self.can_take(n, sid)] \
+            if self.per_server_caches else []
         every = self.server_costs(tier, sid, holders, dests)
         staying = {h: every[h] for h in holders}
         # A server whose cost is at least every holder's bar can never be a destination, and every server ranked
-        # after it costs at least as much: leaving such servers out of the ranking changes no outcome.
+        # after it costs at least as much: leaving such servers out of the ranking changes no outcome. Whether a
+        # server can take the segment is asked in ranking order, of the few cheapest only.
         bar = max(c * (1 - TIE_TOLERANCE) for c in staying.values())
-        costs = {n: c for n in dests if (c := every.get(n)) is not None and c < bar}
-        ranked = self.rank(list(costs), costs)[:best]
+        costs = {n: c for n, c in every.items() if c < bar and n not in p.decommissioning}
+        ranked: list[str] = []
+        for n in self.rank(list(costs), costs):
+            if len(ranked) == best:
+                break
+            if self.can_take(n, sid):
+                ranked.append(n)
         blocked = False
         for holder in holders:
             for n in ranked:
