@@ -228,7 +228,7 @@ class Projected:
         """The segments the server's cost cache holds (see the module docstring), sorted."""
         out = {s for s in self.loaded.get(name, ()) if self._pairs[(name, s)].projected}
         out.update(self.loading.get(name, ()))
-        return sorted(out)
+        return sorted(out, key=_ID)  # id order, compared as plain tuples (not dataclass by dataclass)
 
     def cache(self, name: str) -> ServerCostCache:
         """The server's cost cache of its projected segments: built on first use, then kept current lazily: the
