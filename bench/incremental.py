@@ -6,8 +6,10 @@ is built once; then ``--publishes`` new segments are published one at a time, ea
 with the segment as the run's scope (what the planner agent does per publish), and the median and p99 of
 that fold + plan are reported. Baseline in the same run: one full planning run over the same state (every
 segment looked at: what every publish cost before), and the ratio full / incremental.
-Also: a balancing run (the timer's) limited to 100 moves, at each size: the first builds every server's cost
-cache (once per process: the planner agent keeps them current), the next one is what a timer run costs.
+Also: a balancing run (the timer's) limited to 100 moves, at each size: the first builds the tier's cost index
+(once per process: the planner agent keeps it current), the next one is what a timer run costs. Baseline in the
+same run: the same two runs costed by the per-server cost caches (a tree walk per server and candidate: the
+planner before the index), and the ratio of the warm runs.
 
 Run: ``.venv/bin/python -m bench.incremental [--sizes 10000,100000,1000000] [--publishes 200]``.
 """
@@ -88,10 +90,20 @@ def measure(n_segments: int, publishes: int) -> None:
     warm_s = time.perf_counter() - t0
     moves = sum(1 for c in balancing.commands if c.type == "move")
     warm_moves = sum(1 for c in warm.commands if c.type == "move")
+    t0 = time.perf_counter()
+    plan_state(st, NOW, 10_002, NOW, balance=True, scope=set(), mark_overshadowed=False, per_server_caches=True)
+    trees_cold = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    trees = plan_state(st, NOW, 10_003, NOW, balance=True, scope=set(), mark_overshadowed=False,
+                       per_server_caches=True)
+    trees_s = time.perf_counter() - t0
+    tree_moves = sum(1 for c in trees.commands if c.type == "move")
     print(f"{n_segments:>9,} segments x 2 on {n_servers} servers (setup {setup:.1f} s): one publish "
           f"p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms; full run {full_s * 1e3:,.0f} ms; "
-          f"full / incremental p50 = {full_s / p50:,.0f}x; balancing run {bal_s:.2f} s with the cost caches' build "
-          f"({moves} moves), next run {warm_s:.2f} s ({warm_moves} moves)", flush=True)
+          f"full / incremental p50 = {full_s / p50:,.0f}x; balancing run {bal_s:.2f} s with the tier index's build "
+          f"({moves} moves), next run {warm_s:.2f} s ({warm_moves} moves); baseline per-server caches "
+          f"{trees_cold:.2f} s with their build, next run {trees_s:.2f} s ({tree_moves} moves): "
+          f"index / caches = {warm_s / trees_s:.3f}", flush=True)
 
 
 def main() -> None:

@@ -4,8 +4,9 @@ Segments are hourly, over 100 data sources; the rule loads one replica on each o
 two tiers (hot, cold: 2 replicas in all) and every segment starts fully loaded.
 Then 30 servers (15 per tier) disappear and one run of the planner decides the
 reloads, with Druid's defaults (smart segment loading, round-robin assignment).
-Balancing needs every server's cost cache; the time to build them is reported
-apart, with the run's wall time, its decisions, and decisions per second.
+Balancing needs each tier's cost index (:class:`~coordinator.balancer.cost_index.ClusterCostIndex`, one
+query per candidate for every server of the tier); the time to build them is reported apart, with the
+run's wall time, its decisions, and decisions per second.
 
 By default the run is split as the planner agent runs it: the full run without the balancing stages
 (what a server, rule or config change costs before the next event is planned), then the balancing run in
@@ -13,7 +14,13 @@ slices of ``DEFAULT_SLICE_DRAWS`` candidates (total, moves, and the slice times:
 event waits). ``--one-run`` runs every stage in one ``plan()`` run instead (the reference; the figure of
 earlier sessions).
 
-Run: ``.venv/bin/python -m bench.planner`` (``--quick``: 60 servers, 100k segments; ``--one-run``).
+Baseline in the same run: a balancing candidate's cost query, the tier's index (one query for every
+server) against the per-server cost caches (one tree walk per server: the planner before the index), over
+the same ``--baseline-candidates`` candidates (default 100) of the hot tier after the run; building those
+caches is timed apart.
+
+Run: ``.venv/bin/python -m bench.planner`` (``--quick``: 60 servers, 100k segments; ``--one-run``;
+``--baseline-candidates N``, 0: none).
 """
 
 from __future__ import annotations
@@ -62,8 +69,8 @@ def main() -> None:
     placement_s = time.perf_counter() - t0
     run = _Run(state, now=view.now, run=view.run, start=view.coordinator_start, compute_cost=False,
                balancing=not split)
-    for name in sorted(servers):
-        run.p.cache(name)
+    for tier in sorted(tiers):
+        run.p.tier_index(tier)
     caches = time.perf_counter() - t0
     t0 = time.perf_counter()
     result = run.run()
@@ -73,7 +80,8 @@ def main() -> None:
     loads = sum(1 for c in result.commands if c.type == "load")
     moves = sum(1 for c in result.commands if c.type == "move")
     print(f"{len(servers)} live servers ({len(dead)} died), {len(ids):,} segments x 2 tiers, one replica each")
-    print(f"  setup {setup:6.1f} s   placement state {placement_s:6.1f} s   cost caches {caches - placement_s:6.1f} s "
+    print(f"  setup {setup:6.1f} s   placement state {placement_s:6.1f} s   "
+          f"tier cost indexes {caches - placement_s:6.1f} s "
           f"(both built once and kept current by the planner agent)")
     what = "stages 0-6, 8, 9, 12, 13 (the planner agent's full run)" if split else "one run of every stage (plan())"
     print(f"  {what} {planning:6.2f} s: {decisions:,} decisions ({loads:,} loads, {moves:,} moves), "
@@ -94,7 +102,37 @@ def main() -> None:
               f"an event waits for one): median {1000 * statistics.median(slices):.1f} ms, "
               f"p99 {1000 * slices[int(0.99 * (len(slices) - 1))]:.1f} ms, max {1000 * slices[-1]:.1f} ms")
         print(f"  both: {planning + total:6.1f} s (one run of every stage did the same work before)")
-    print(f"  with the cache build: {planning + caches:6.1f} s")
+    print(f"  with the cost indexes' build: {planning + caches:6.1f} s")
+    baseline(run, _option("--baseline-candidates", 100))
+
+
+def _option(name: str, default: int) -> int:
+    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+
+
+def baseline(run: _Run, n: int) -> None:
+    """One candidate's cost query both ways, on the same ``n`` balancing candidates of the hot tier."""
+    if n <= 0:
+        return
+    state = run.p
+    names = state.tiers["hot"]
+    t0 = time.perf_counter()
+    for name in names:
+        state.cache(name)
+    built = time.perf_counter() - t0
+    candidates = [sid for sid in state.balanceable["hot"][:: max(1, len(state.balanceable["hot"]) // n)]][:n]
+    timings = {}
+    for per_server in (True, False):
+        run.per_server_caches = per_server
+        t0 = time.perf_counter()
+        for sid in candidates:
+            holders = [h for h in state.holders.get(sid, ()) if state.tier_of[h] == "hot"]
+            run.server_costs("hot", sid, holders, [n for n in names if n not in holders])
+        timings[per_server] = (time.perf_counter() - t0) / len(candidates)
+    run.per_server_caches = False
+    print(f"  baseline, one balancing candidate's costs on the hot tier's {len(names)} servers: per-server cost "
+          f"caches {timings[True] * 1e3:.2f} ms (tree walks; the caches built in {built:.1f} s), tier index "
+          f"{timings[False] * 1e3:.2f} ms (one query): ratio index / caches {timings[False] / timings[True]:.3f}")
 
 if __name__ == "__main__":
     main()

@@ -31,7 +31,11 @@ holder and a candidate are scored alike (Druid's rule).
 (added segments costed by brute force, removed ones subtracted, with a guard
 that recomputes a server exactly when the subtraction would cancel more than
 ``CANCEL_GUARD``), and the index is rebuilt in bulk when the delta passes
-``1024 + n/1000`` segments. Not thread-safe.
+``REBUILD_BASE + n/REBUILD_FRACTION`` rows (1024 + n/250). The delta lives in
+NumPy columns (append and remove O(1), a lookup of a held pair O(log n)), so a
+query costs one vectorized pass over it, and a rebuild starts from the columns,
+never from the descriptors. A data source first seen in an update needs no
+rebuild (its lanes are empty in the static part); a new server does. Not thread-safe.
 
 >>> from events import Interval, SegmentDescriptor
 >>> a = SegmentDescriptor("wiki", Interval.parse("2026-01-01/P1D"), "v1")
@@ -214,8 +218,12 @@ class ClusterCostIndex:
         self._server_search = _RankedKeys(self.server_of[self._by_server], by_start.rank[self._by_server],
                                           by_start.values)
         self._live = np.ones(n, dtype=bool)
-        self._removed: list[int] = []
-        self._added: list[tuple[int, SegmentDescriptor]] = []
+        self._removed = _Column(np.int64)  # static rows no longer held (their decayed sums still count them)
+        # added rows: columns by slot, the descriptor and (server, id) -> slot; removal moves the last slot in
+        self._add_start, self._add_end = _Column(np.int64), _Column(np.int64)
+        self._add_server, self._add_source = _Column(np.int64), _Column(np.int64)
+        self._add_segments: list[SegmentDescriptor] = []
+        self._add_slot: dict[tuple[int, SegmentId], int] = {}
 
     @classmethod
     def build(cls, placement: Mapping[str, Iterable[SegmentDescriptor]],
@@ -234,7 +242,16 @@ class ClusterCostIndex:
         return cls(servers, starts, ends, server_of, source_of, list(source_at), segments, model)
 
     def __len__(self) -> int:
-        return int(np.count_nonzero(self._live)) + len(self._added)
+        return int(np.count_nonzero(self._live)) + len(self._add_segments)
+
+    @property
+    def static_rows(self) -> int:
+        """Rows of the last bulk build (live or not): what the delta's size is measured against."""
+        return len(self.starts)
+
+    def delta_size(self) -> int:
+        """Rows in the delta (added, plus static rows removed) since the last bulk build."""
+        return len(self._add_segments) + len(self._removed)
 
     # -- queries -----------------------------------------------------------------
     def costs_of(self, segment: SegmentDescriptor) -> F64:
@@ -259,7 +276,7 @@ class ClusterCostIndex:
             values = costs(segment.interval, self.starts[rows], self.ends[rows], same, self.model)
             self._mask_self(values, rows, segment, s, t, source)
             total = total + np.bincount(self.server_of[rows], weights=values, minlength=m)
-        if self._removed or self._added:
+        if len(self._removed) or self._add_segments:
             total = self._apply_delta(total, segment)
         return np.asarray(total, dtype=np.float64)
 
@@ -314,28 +331,46 @@ class ClusterCostIndex:
         k = self._server_at.get(server)
         if k is None:
             return False
-        return self._row(k, segment_id) is not None or any(
-            j == k and seg.id == segment_id for j, seg in self._added)
+        return (k, segment_id) in self._add_slot or self._row(k, segment_id) is not None
 
     def add(self, server: str, segment: SegmentDescriptor) -> None:
-        """``server`` now holds ``segment`` (no-op when it already does)."""
-        if server not in self._server_at or segment.data_source not in self._source_at:
-            self._rebuild(extra=(server, segment))
-            return
+        """``server`` now holds ``segment`` (no-op when it already does): O(log n) amortised."""
+        k = self._server_at.get(server)
+        if k is None:
+            self._rebuild(extra_server=server)
+            k = self._server_at[server]
         if self.holds(server, segment.id):
             return
-        self._added.append((self._server_at[server], segment))
+        source = self._source_at.get(segment.data_source)
+        if source is None:  # a new data source: its lanes are empty in the static part, the delta carries it
+            source = self._source_at[segment.data_source] = len(self.sources)
+            self.sources.append(segment.data_source)
+        self._add_slot[(k, segment.id)] = len(self._add_segments)
+        self._add_segments.append(segment)
+        self._add_start.append(segment.interval.start)
+        self._add_end.append(segment.interval.end)
+        self._add_server.append(k)
+        self._add_source.append(source)
         self._maybe_rebuild()
 
     def remove(self, server: str, segment_id: SegmentId) -> None:
-        """``server`` no longer holds the segment (no-op when it does not)."""
+        """``server`` no longer holds the segment (no-op when it does not): O(log n) amortised."""
         k = self._server_at.get(server)
         if k is None:
             return
-        for i, (j, seg) in enumerate(self._added):
-            if j == k and seg.id == segment_id:
-                del self._added[i]
-                return
+        slot = self._add_slot.pop((k, segment_id), None)
+        if slot is not None:
+            last = len(self._add_segments) - 1
+            if slot != last:  # the last added row fills the hole
+                moved = self._add_segments[last]
+                self._add_segments[slot] = moved
+                self._add_slot[(int(self._add_server.values[last]), moved.id)] = slot
+                for column in (self._add_start, self._add_end, self._add_server, self._add_source):
+                    column.values[slot] = column.values[last]
+            self._add_segments.pop()
+            for column in (self._add_start, self._add_end, self._add_server, self._add_source):
+                column.pop()
+            return
         row = self._row(k, segment_id)
         if row is None:
             return
@@ -344,25 +379,31 @@ class ClusterCostIndex:
         self._maybe_rebuild()
 
     def _maybe_rebuild(self) -> None:
-        if len(self._added) + len(self._removed) > 1024 + len(self.starts) // 1000:
+        if self.delta_size() > index_rebuild_size(len(self.starts)):
             self._rebuild()
 
-    def _rebuild(self, extra: tuple[str, SegmentDescriptor] | None = None) -> None:
-        placement: dict[str, list[SegmentDescriptor]] = {name: [] for name in self.servers}
-        for row in np.flatnonzero(self._live).tolist():
-            placement[self.servers[int(self.server_of[row])]].append(self.segments[row])
-        for k, seg in self._added:
-            placement[self.servers[k]].append(seg)
-        if extra is not None:
-            placement.setdefault(extra[0], []).append(extra[1])
-        fresh = ClusterCostIndex.build(placement, self.model)
+    def _rebuild(self, extra_server: str | None = None) -> None:
+        """The bulk build again, from the columns (live static rows, then the added ones): no descriptor is read."""
+        live = np.flatnonzero(self._live)
+        n_add = len(self._add_segments)
+        starts = np.r_[self.starts[live], self._add_start.values[:n_add]]
+        ends = np.r_[self.ends[live], self._add_end.values[:n_add]]
+        server_of = np.r_[self.server_of[live], self._add_server.values[:n_add]]
+        source_of = np.r_[self.source_of[live], self._add_source.values[:n_add]]
+        segments = [self.segments[row] for row in live.tolist()] + self._add_segments
+        servers = list(self.servers)
+        if extra_server is not None and extra_server not in self._server_at:
+            servers = sorted([*servers, extra_server])
+            position = np.array([servers.index(name) for name in self.servers], np.int64)
+            server_of = position[server_of] if len(server_of) else server_of
+        fresh = ClusterCostIndex(servers, starts, ends, server_of, source_of, self.sources, segments, self.model)
         self.__dict__.update(fresh.__dict__)
 
     def _apply_delta(self, total: F64, segment: SegmentDescriptor) -> F64:
         m = len(self.servers)
         source = self._source_at.get(segment.data_source, -1)
         snapshot = total
-        rows = np.array(self._removed, np.int64)
+        rows = self._removed.values[:len(self._removed)]
         s, t = segment.interval.start, segment.interval.end
         rows = rows[(self.ends[rows] <= s) | (self.starts[rows] >= t)]  # overlapping ones were skipped, not summed
         if len(rows):
@@ -374,15 +415,14 @@ class ClusterCostIndex:
                 total = total.copy()
                 for k in shaky.tolist():
                     total[k] = self._static_brute(k, segment)
-        if self._added:
-            servers = np.array([k for k, _ in self._added], np.int64)
-            starts = np.array([seg.interval.start for _, seg in self._added], np.int64)
-            ends = np.array([seg.interval.end for _, seg in self._added], np.int64)
-            same = np.array([seg.data_source == segment.data_source for _, seg in self._added], dtype=bool)
-            values = costs(segment.interval, starts, ends, same, self.model)
-            for i, (_, seg) in enumerate(self._added):
-                if seg.id == segment.id:
-                    values[i] = 0.0
+        n_add = len(self._add_segments)
+        if n_add:
+            servers = self._add_server.values[:n_add]
+            starts, ends = self._add_start.values[:n_add], self._add_end.values[:n_add]
+            values = costs(segment.interval, starts, ends, self._add_source.values[:n_add] == source, self.model)
+            for slot in np.flatnonzero((starts == s) & (ends == t)).tolist():
+                if self._add_segments[slot].id == segment.id:
+                    values[slot] = 0.0  # masked, not subtracted
             total = total + np.bincount(servers, weights=values, minlength=m)
         return total
 
@@ -393,3 +433,32 @@ class ClusterCostIndex:
                        self.model)
         self._mask_self(values, rows, segment, segment.interval.start, segment.interval.end, source)
         return float(np.sum(values))
+
+
+REBUILD_BASE = 1024  # the delta may hold this many rows, plus one per REBUILD_FRACTION static rows, between builds
+REBUILD_FRACTION = 250
+
+
+def index_rebuild_size(rows: int) -> int:
+    """How many delta rows an index of ``rows`` static rows holds before it is built again in bulk."""
+    return REBUILD_BASE + rows // REBUILD_FRACTION
+
+
+class _Column:
+    """A growable one-dimensional array (amortised O(1) append and pop)."""
+
+    def __init__(self, dtype: type[np.int64]) -> None:
+        self.values: I64 = np.zeros(64, dtype)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def append(self, value: int) -> None:
+        if self._n == len(self.values):
+            self.values = np.r_[self.values, np.zeros(len(self.values), self.values.dtype)]
+        self.values[self._n] = value
+        self._n += 1
+
+    def pop(self) -> None:
+        self._n -= 1

@@ -47,6 +47,7 @@ from typing import Any, Literal
 from sortedcontainers import SortedKeyList
 
 from coordinator.balancer.cost_cache import ServerCostCache
+from coordinator.balancer.cost_index import ClusterCostIndex, index_rebuild_size
 from coordinator.placement.records import InFlight, ServerFacts
 from coordinator.timeline.index import IntervalIndex
 from events.segment import SegmentDescriptor, SegmentId
@@ -174,6 +175,10 @@ class Projected:
         self.active_in: dict[SegmentId, Counter[str]] = {}
         self.balanceable: dict[str, Any] = {}  # tier -> SortedKeyList of segment ids (see the module docstring)
         self.caches: dict[str, ServerCostCache] = {}
+        # tier -> the cost index of its servers' projected segments (built on first use, then updated pair by pair)
+        self.tier_indexes: dict[str, ClusterCostIndex] = {}
+        # tier -> (server, segment) pairs whose membership in its built index changed since it was last read
+        self._index_delta: dict[str, dict[Pair, bool]] = {}
         # server -> segments whose membership in its built cache changed since the cache was last read (True: in)
         self._cache_delta: dict[str, dict[SegmentId, bool]] = {}
         self.touched_segments: set[SegmentId] = set()  # every segment whose projection changed (callers drain it)
@@ -228,7 +233,7 @@ class Projected:
         """The segments the server's cost cache holds (see the module docstring), sorted."""
         out = {s for s in self.loaded.get(name, ()) if self._pairs[(name, s)].projected}
         out.update(self.loading.get(name, ()))
-        return sorted(out)
+        return sorted(out, key=_ID)  # id order, compared as plain tuples (not dataclass by dataclass)
 
     def cache(self, name: str) -> ServerCostCache:
         """The server's cost cache of its projected segments: built on first use, then kept current lazily: the
@@ -254,6 +259,36 @@ class Projected:
             elif added:
                 cache.extend(added)
         return cache
+
+    def tier_index(self, tier: str) -> ClusterCostIndex:
+        """The cost index of the tier's servers (every joined one, in name order) over their projected segments:
+        built in bulk on first use, then kept current: the fold notes each change of a pair's projection
+        (:meth:`_refresh`) and the next read applies them, O(log n) amortised each, or builds the index again in
+        bulk when they outnumber what its delta holds (a full run's loads); a server joining or leaving the tier
+        drops it (built again when next asked for). One :meth:`ClusterCostIndex.costs_of` answers a segment's
+        cost on every server of the tier."""
+        index = self.tier_indexes.get(tier)
+        delta = self._index_delta.pop(tier, None)
+        if index is not None and delta and len(delta) > index_rebuild_size(index.static_rows):
+            index = None  # a burst (a full run's loads): one bulk build beats that many updates
+        if index is None:
+            names = self.tiers.get(tier, [])
+            index = ClusterCostIndex.build(
+                {n: [self.segments[s] for s in self.projected_segments(n)] for n in names})
+            self.tier_indexes[tier] = index
+        elif delta:
+            for (name, sid), now_in in sorted(delta.items(), key=lambda kv: (kv[0][0], kv[0][1].sort_key)):
+                if now_in:
+                    index.add(name, self.segments[sid])
+                else:
+                    index.remove(name, sid)
+        return index
+
+    def costs_in(self, tier: str, seg: SegmentDescriptor) -> dict[str, float]:
+        """Σ cost(seg, y) over each tier server's projected segments y, the segment itself excluded (a holder and
+        a candidate are scored alike): one query of the tier's index."""
+        index = self.tier_index(tier)
+        return dict(zip(index.servers, index.costs_of(seg).tolist(), strict=True))
 
     def known_command(self, cid: str) -> bool:
         """Whether a command with this id was sent or read back: in flight, or settled."""
@@ -313,6 +348,8 @@ class Projected:
         return out
 
     def _join(self, name: str, tier: str) -> None:
+        self.tier_indexes.pop(tier, None)  # its servers change: built again when next asked for
+        self._index_delta.pop(tier, None)
         self.tier_of[name] = tier
         names = self.tiers.setdefault(tier, [])
         names.append(name)
@@ -325,6 +362,8 @@ class Projected:
 
     def _leave(self, name: str) -> None:
         tier = self.tier_of.pop(name)
+        self.tier_indexes.pop(tier, None)
+        self._index_delta.pop(tier, None)
         for sid in sorted(self._server_pairs(name)):
             self._refresh(name, sid)
         self.tiers[tier].remove(name)
@@ -517,17 +556,20 @@ class Projected:
         self.touched_segments.add(sid)
         self.mark_pending.add(sid)
         cached = name in self.caches
+        was = old is not None and old.projected
         if old is not None:
             self._contribute(name, sid, old, -1)
             del self._pairs[key]
         if new is not None:
             self._pairs[key] = new
             self._contribute(name, sid, new, +1)
-        if cached:
-            was = old is not None and old.projected
-            now = new is not None and new.projected
-            if was != now:  # applied when the cache is next read (see ``cache``)
+        now = new is not None and new.projected
+        if was != now:
+            if cached:  # applied when the cache is next read (see ``cache``)
                 self._cache_delta.setdefault(name, {})[sid] = now
+            tier = (new or old).tier  # type: ignore[union-attr]
+            if tier in self.tier_indexes:  # applied when the index is next read (see ``tier_index``)
+                self._index_delta.setdefault(tier, {})[key] = now
 
     def _contribute(self, name: str, sid: SegmentId, d: _Derived, sign: int) -> None:
         tier = d.tier

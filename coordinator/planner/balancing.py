@@ -52,14 +52,15 @@ DEFAULT_SLICE_DRAWS = 32  # candidates a slice may draw: bounds what an event ca
 class BalancingRun:
     """One balancing run over a live :class:`PlacementState`, advanced by :meth:`step`."""
 
-    def __init__(self, state: PlacementState, *, now: int, run: int, start: int) -> None:
+    def __init__(self, state: PlacementState, *, now: int, run: int, start: int,
+                 per_server_caches: bool = False) -> None:
         self.state = state
         self.run_number = run
         self.started = now
         self._rules, self._config, self._servers = state.rules, state.config, dict(state.tier_of)
         self._decommissioning = set(state.decommissioning)
         self._run = _Run(state, now=now, run=run, start=start, compute_cost=False, scope=set(),
-                         mark_overshadowed=False)
+                         mark_overshadowed=False, per_server_caches=per_server_caches)
         self._steps: Iterator[None] = iter(())
         if not state.config.pause_coordination:
             self._run.budget("")  # every tier's move budget, from the placement at the run's start

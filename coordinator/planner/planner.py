@@ -124,8 +124,11 @@ class _Run:
 
     def __init__(self, state: PlacementState, *, now: int, run: int, start: int, compute_cost: bool,
                  balancing: bool = True, only_tier: str | None = None, scope: set[SegmentId] | None = None,
-                 mark_overshadowed: bool = True) -> None:
+                 mark_overshadowed: bool = True, per_server_caches: bool = False) -> None:
         self.p = state
+        # the reference cost source (benchmarks' baseline, tests): one ServerCostCache tree walk per server instead
+        # of one query of the tier's ClusterCostIndex; the same costs to ~1e-15, so the same decisions
+        self.per_server_caches = per_server_caches
         self.now, self.run_number, self.start = now, run, start
         self.rules, self.config = state.rules, state.config
         self.balancing = balancing  # False: stages 7, 10, 11 are someone else's (the Spark balancer)
@@ -215,15 +218,50 @@ class _Run:
         names = [n for n in all_names if self.can_take(n, sid)]
         if not names:
             return None
-        seg = self.p.segment(sid)
-        active = [n for n in self.p.tiers[tier] if n not in self.p.decommissioning]
+        costs = self.server_costs(tier, sid, names)
         best = num_best_servers(max(1, self.targets.get(sid, _Target("none")).replicants.get(tier, 1)),
-                                len(active), self.log_base)
-        ranked = sorted(names, key=lambda n: (self.p.cache(n).cost_of(seg), -self.p.free_bytes(n), n))[:best]
+                                self.p.active.get(tier, 0), self.log_base)
+        ranked = self.rank(names, costs)[:best]
         for n in ranked:
             if self.room(n, purpose, share, relative):
                 return n
         return None
+
+    def server_costs(self, tier: str, sid: SegmentId, names: Sequence[str],
+                     bar_for: Sequence[str] = ()) -> dict[str, float]:
+        """The segment's cost on each server of the tier (the segment itself excluded): one query of the tier's
+        :class:`~coordinator.balancer.cost_index.ClusterCostIndex` (every server at once). The reference
+        (``per_server_caches``) walks each named server's cost cache instead; for ``bar_for`` (balancing's
+        destinations) it skips a server's second tree walk once its cost clears every one of ``names`` (the
+        holders), leaving that server out (it could never be a destination)."""
+        seg = self.p.segment(sid)
+        if not self.per_server_caches:
+            return self.p.costs_in(tier, seg)
+        out = {n: self.p.cache(n).cost_of(seg) for n in names}
+        if bar_for:
+            bar = max(c * (1 - TIE_TOLERANCE) for c in out.values())
+            for n in bar_for:
+                cost = self.p.cache(n).cost_below(seg, bar)
+                if cost is not None:
+                    out[n] = cost
+        return out
+
+    def rank(self, names: Sequence[str], costs: dict[str, float]) -> list[str]:
+        """Cheapest first; costs equal within ``TIE_TOLERANCE`` (relative) are a tie, broken by the most free bytes,
+        then the name. Two sums of the same terms in another order (the index's static part and its delta, a tree
+        and a vector) differ in the last bits; a tie in the maths stays a tie in the ranking whichever way they
+        were summed, so the cost source never changes a decision."""
+        order = sorted(names, key=lambda n: (costs[n], n))
+        out: list[str] = []
+        i = 0
+        while i < len(order):
+            lead = costs[order[i]]
+            j = i + 1
+            while j < len(order) and costs[order[j]] - lead <= TIE_TOLERANCE * abs(lead):
+                j += 1
+            out.extend(sorted(order[i:j], key=lambda n: (-self.p.free_bytes(n), n)) if j > i + 1 else order[i:j])
+            i = j
+        return out
 
     def emit(self, command: PlanCommand) -> None:
         self.commands.append(command)
@@ -372,28 +410,28 @@ class _Run:
 
     def try_move(self, sid: SegmentId, tier: str, stage: int, share: float | None, relative: bool) -> str:
         """'moved', 'stay' or 'full' (a cheaper server exists but its queue is full)."""
-        seg = self.p.segment(sid)
-        active = [n for n in self.p.tiers[tier] if n not in self.p.decommissioning]
-        best = num_best_servers(self.target_of(sid).replicants.get(tier, 1), len(active), self.log_base)
-        holders = sorted(n for n in self.p.holders.get(sid, ()) if self.p.tier_of[n] == tier
-                         and n not in self.p.decommissioning and n not in self.p.move_sources.get(sid, ()))
-        if not holders or self.p.pending.get(sid):
+        p = self.p
+        best = num_best_servers(self.target_of(sid).replicants.get(tier, 1), p.active.get(tier, 0), self.log_base)
+        holders = sorted(n for n in p.holders.get(sid, ()) if p.tier_of[n] == tier
+                         and n not in p.decommissioning and n not in p.move_sources.get(sid, ()))
+        if not holders or p.pending.get(sid):
             return "stay"
-        dests = [n for n in active if self.can_take(n, sid)]
-        if not dests:
-            return "stay"
-        staying = {h: self.p.cache(h).cost_of(seg) for h in holders}
+        # the reference walks the trees of the servers that can take the segment; the index answers for all
+        dests = [n for n in p.tiers[tier] if n not in p.decommissioning and self.can_take(n, sid)] \
+            if self.per_server_caches else []
+        every = self.server_costs(tier, sid, holders, dests)
+        staying = {h: every[h] for h in holders}
         # A server whose cost is at least every holder's bar can never be a destination, and every server ranked
-        # after it costs at least as much: leaving such servers out of the ranking changes no outcome. Its cost
-        # is known to clear the bar as soon as the cheaper of the cache's two tree sums does (the other term is
-        # non-negative), so it costs one tree walk instead of two (``ServerCostCache.cost_below``).
+        # after it costs at least as much: leaving such servers out of the ranking changes no outcome. Whether a
+        # server can take the segment is asked in ranking order, of the few cheapest only.
         bar = max(c * (1 - TIE_TOLERANCE) for c in staying.values())
-        costs: dict[str, float] = {}
-        for n in dests:
-            cost = self.p.cache(n).cost_below(seg, bar)
-            if cost is not None:
-                costs[n] = cost
-        ranked = sorted(costs, key=lambda n: (costs[n], -self.p.free_bytes(n), n))[:best]
+        costs = {n: c for n, c in every.items() if c < bar and n not in p.decommissioning}
+        ranked: list[str] = []
+        for n in self.rank(list(costs), costs):
+            if len(ranked) == best:
+                break
+            if self.can_take(n, sid):
+                ranked.append(n)
         blocked = False
         for holder in holders:
             for n in ranked:
@@ -755,7 +793,8 @@ def plan(view: ClusterView, compute_cost: bool = True, *, balance: bool = True,
 
 
 def plan_state(state: PlacementState, now: int, run: int, start: int, compute_cost: bool = False, *,
-               balance: bool = True, scope: set[SegmentId] | None = None, mark_overshadowed: bool = True) -> Plan:
+               balance: bool = True, scope: set[SegmentId] | None = None, mark_overshadowed: bool = True,
+               per_server_caches: bool = False) -> Plan:
     """One run over a live placement state, which it updates with every decision (the commands are folded in
     with their ids, sent at ``now``; marks leave the used set).
 
@@ -763,10 +802,11 @@ def plan_state(state: PlacementState, now: int, run: int, start: int, compute_co
     left short: ``Plan.deferred``), the per-segment stages (1-4, 5, 6, 8, 9, 12 and the cancels of stage 0)
     look at those segments alone, under the same throttles and queue shares as a full run: a publish costs its
     own loading decisions, not the cluster's. Balancing (7, 10, 11) and marking overshadowed segments unused
-    look at the whole cluster whenever asked for (``balance``, ``mark_overshadowed``).
+    look at the whole cluster whenever asked for (``balance``, ``mark_overshadowed``). ``per_server_caches``: the
+    reference cost source (see :meth:`_Run.server_costs`), the same decisions more slowly.
     """
     return _Run(state, now=now, run=run, start=start, compute_cost=compute_cost, balancing=balance, scope=scope,
-                mark_overshadowed=mark_overshadowed).run()
+                mark_overshadowed=mark_overshadowed, per_server_caches=per_server_caches).run()
 
 
 def balance_tier(view: ClusterView, tier: str, caches: dict[str, ServerCostCache] | None = None,

@@ -28,10 +28,11 @@ the moves after a restart differ from an uninterrupted run's.
 
 **Cost.** A batch without a trigger (only our own commands read back) folds and
 stops. Otherwise every configured tier with servers is balanced once: the fold keeps
-the candidate index and the cost caches current record by record (O(log n) each), a
-run settles the commands that timed out (a pass over the commands in flight) and
-costs O(draws x servers x log n). Nothing in a batch is proportional to the number of
-segments, except the first use of a server's cost cache (built once, then kept).
+the candidate index and each tier's cost index current record by record (O(log n)
+amortised each), a run settles the commands that timed out (a pass over the commands in
+flight) and costs one cost-index query per candidate drawn (every server of the tier at
+once). Nothing in a batch is proportional to the number of segments, except the first
+use of a tier's cost index (built once in bulk, then kept).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The balancer folds nothing itself. :class:`BalancerPlacement` is a
 :class:`~coordinator.placement.state.PlacementState` (the one fold: servers, holdings,
 commands in flight and their answers, used segments, rules, dynamic config, the
-planner's projection, the balancing candidate index and the live cost caches) plus,
+planner's projection, the balancing candidate index and the live tier cost indexes) plus,
 per tier, the number of balancing runs so far (the seed and id space of the next
 run), plus the batch id of the state it reflects.
 

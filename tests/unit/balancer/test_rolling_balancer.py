@@ -119,7 +119,7 @@ def test_rolling_caches_equal_a_rebuild_from_state_every_batch() -> None:
     assert sum(r.summaries[TIER]["moves"] for r in rolled) > 15
 
 
-def test_live_caches_hold_the_projected_placement() -> None:
+def test_live_cost_indexes_hold_the_projected_placement() -> None:
     spec = ClusterSpec(servers=6, data_sources=2, hours=48,
                        config={"smartSegmentLoading": False, "maxSegmentsToMove": 5,
                                "maxSegmentsInNodeLoadingQueue": 20})
@@ -131,15 +131,18 @@ def test_live_caches_hold_the_projected_placement() -> None:
         answers = executor.answer(result.commands)
         pending = result.commands + answers[: len(answers) // 2]  # half the answers arrive: moves stay in flight
     state = placement.state
-    assert state.caches and state.queue  # caches were used, moves are still in flight
-    for name in list(state.caches):
-        cache = state.cache(name)  # a built cache, with the changes the fold noted since its last read applied
-        expected = set(state.projected_segments(name))
-        assert set(cache.segment_ids()) == expected
-        fresh = ServerCostCache()
-        fresh.extend(state.segments[s] for s in expected)
-        probe = next(iter(state.segments.values()))
-        assert abs(cache.cost_of(probe) - fresh.cost_of(probe)) <= 1e-9 * max(1.0, fresh.cost_of(probe))
+    assert state.tier_indexes and state.queue  # the tier's cost index was used, moves are still in flight
+    for tier in list(state.tier_indexes):
+        index = state.tier_index(tier)  # built, with the changes the fold noted since its last read applied
+        for name in state.tiers[tier]:
+            expected = set(state.projected_segments(name))
+            assert all(index.holds(name, sid) for sid in expected)
+            fresh = ServerCostCache()
+            fresh.extend(state.segments[s] for s in expected)
+            for probe in list(state.segments.values())[:20]:
+                want = fresh.cost_of(probe)
+                assert abs(state.costs_in(tier, probe)[name] - want) <= 1e-9 * max(1.0, want)
+        assert len(index) == sum(len(state.projected_segments(n)) for n in state.tiers[tier])
 
 
 def test_own_commands_read_back_and_duplicates_change_nothing() -> None:

@@ -6,6 +6,7 @@ import os
 
 from hypothesis import HealthCheck, given, settings
 
+from coordinator.balancer.server_costs import ServerSegments
 from coordinator.placement import codec
 from coordinator.placement.projected import snapshot
 from coordinator.placement.state import PlacementState
@@ -24,7 +25,29 @@ def _rebuilt(state: PlacementState) -> PlacementState:
 def _with_caches(state: PlacementState) -> PlacementState:
     for name in sorted(state.tier_of):
         state.cache(name)
+    for tier in sorted(state.tiers):
+        state.tier_index(tier)
     return state
+
+
+def _indexes_exact(state: PlacementState) -> None:
+    """Each tier's cost index holds exactly its servers' projected segments, and its costs are the brute-force
+    sums over them (1e-9 relative) for every known segment."""
+    for tier, index in sorted(state.tier_indexes.items()):
+        names = state.tiers[tier]
+        assert list(index.servers) == names
+        assert len(index) == sum(len(state.projected_segments(n)) for n in names)
+        brute = {}
+        for n in names:
+            brute[n] = ServerSegments()
+            for sid in state.projected_segments(n):
+                assert index.holds(n, sid)
+                brute[n].add(state.segments[sid])
+        for seg in list(state.segments.values())[:8]:
+            got = state.costs_in(tier, seg)
+            for n in names:
+                want = brute[n].cost_of(seg)
+                assert abs(got[n] - want) <= 1e-9 * max(abs(want), 1e-300), (tier, n, seg, got[n], want)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -39,6 +62,7 @@ def test_incremental_projection_equals_a_fresh_derivation(events: list[Envelope[
         assert snapshot(_with_caches(state)) == snapshot(_with_caches(_rebuilt(state)))
         for name in state.caches:  # a cache holds exactly the server's projected segments
             assert sorted(state.caches[name].segment_ids()) == state.projected_segments(name)
+        _indexes_exact(state)
 
 
 @settings(max_examples=EXAMPLES // 3, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
