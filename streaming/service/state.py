@@ -47,6 +47,7 @@ the agent's format plus :data:`LAYOUT` (a store of another layout is rebuilt).
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,13 +90,34 @@ class StoreClosedError(RuntimeError):
     """A commit to a store closed by a stop (the batch is not written; a restart re-reads it)."""
 
 
+WRITE_BUFFER_ENV = "SEGCOORD_STORE_WRITE_BUFFER_MB"
+KEEP_LOG_FILES = 3
+
+
+def write_buffer_bytes() -> int:
+    """The memtable size of every store: ``$SEGCOORD_STORE_WRITE_BUFFER_MB`` (a positive number of MB), 16 MB by
+    default. It bounds what a store holds beyond its live data: up to two memtables in memory, and their
+    write-ahead log on disk until a memtable is flushed (docs/workers.md, "Soak results")."""
+    raw = os.environ.get(WRITE_BUFFER_ENV, "16")
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = 0.0
+    if not mb > 0:
+        raise ValueError(f"{WRITE_BUFFER_ENV}: must be a positive number of MB, got {raw!r}")
+    return max(64 * 1024, int(mb * 1024 * 1024))
+
+
 def _options() -> Options:
-    """Small RocksDB settings for a 2-core machine: one background job, 16 MB memtables, 16 MB block cache."""
+    """Small RocksDB settings for a 2-core machine: one background job, 16 MB memtables (:func:`write_buffer_bytes`),
+    16 MB block cache, and RocksDB's own info log kept to :data:`KEEP_LOG_FILES` files (it starts a new one at
+    every open: a worker restarted many times would otherwise keep up to a thousand)."""
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.set_max_background_jobs(1)
-    opts.set_write_buffer_size(16 * 1024 * 1024)
+    opts.set_write_buffer_size(write_buffer_bytes())
     opts.set_max_write_buffer_number(2)
+    opts.set_keep_log_file_num(KEEP_LOG_FILES)
     table = BlockBasedOptions()
     table.set_block_cache(Cache(16 * 1024 * 1024))
     table.set_bloom_filter(10, False)  # a duplicate check of a fresh id asks every generation: misses stay cheap
