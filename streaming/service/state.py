@@ -92,6 +92,7 @@ class StoreClosedError(RuntimeError):
 
 WRITE_BUFFER_ENV = "SEGCOORD_STORE_WRITE_BUFFER_MB"
 KEEP_LOG_FILES = 3
+MAX_LOG_FILE_BYTES = 256 * 1024
 
 
 def write_buffer_bytes() -> int:
@@ -110,14 +111,17 @@ def write_buffer_bytes() -> int:
 
 def _options() -> Options:
     """Small RocksDB settings for a 2-core machine: one background job, 16 MB memtables (:func:`write_buffer_bytes`),
-    16 MB block cache, and RocksDB's own info log kept to :data:`KEEP_LOG_FILES` files (it starts a new one at
-    every open: a worker restarted many times would otherwise keep up to a thousand)."""
+    16 MB block cache, and RocksDB's own info log bounded: a new file past :data:`MAX_LOG_FILE_BYTES` (every
+    flush, compaction and the 10-minute statistics dump append to it, so one process's log grew for as long as
+    it ran) and :data:`KEEP_LOG_FILES` files kept (a new one starts at every open: a worker restarted many
+    times kept up to a thousand)."""
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.set_max_background_jobs(1)
     opts.set_write_buffer_size(write_buffer_bytes())
     opts.set_max_write_buffer_number(2)
     opts.set_keep_log_file_num(KEEP_LOG_FILES)
+    opts.set_max_log_file_size(MAX_LOG_FILE_BYTES)
     table = BlockBasedOptions()
     table.set_block_cache(Cache(16 * 1024 * 1024))
     table.set_bloom_filter(10, False)  # a duplicate check of a fresh id asks every generation: misses stay cheap

@@ -14,6 +14,7 @@ import pytest
 from streaming.service.state import (
     APPLIED_PREFIX,
     KEEP_LOG_FILES,
+    MAX_LOG_FILE_BYTES,
     WRITE_BUFFER_ENV,
     AgentStateStore,
     AppliedWindow,
@@ -82,6 +83,24 @@ def test_reopening_a_store_many_times_keeps_only_a_few_rocksdb_info_logs(tmp_pat
             store.commit(batch)
     logs = [f.name for f in (tmp_path / "s").iterdir() if f.name.startswith("LOG")]
     assert 1 <= len(logs) <= KEEP_LOG_FILES, logs
+
+
+def test_a_long_run_with_many_flushes_keeps_rocksdb_info_logs_bounded(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every memtable flush and compaction appends to RocksDB's info LOG: with no size limit one process's LOG
+    grew for as long as it ran (a soak's store grew by it). 8 MB through 64 kB memtables: over 100 flushes."""
+    monkeypatch.setenv(WRITE_BUFFER_ENV, str(64 / 1024))
+    with AgentStateStore(tmp_path / "s", "test/1") as store:
+        for b in range(400):
+            batch = store.batch()
+            for i in range(100):
+                batch.put(f"k{i}".encode(), bytes([b % 256]) * 200)
+            batch.mark_applied(f"e{b}", 1_000 + b)
+            store.commit(batch)
+    logs = {f.name: f.stat().st_size for f in (tmp_path / "s").iterdir() if f.name.startswith("LOG")}
+    slack = 64 * 1024  # the lines written after the size check that rolls the file
+    assert max(logs.values()) <= MAX_LOG_FILE_BYTES + slack, logs
+    assert sum(logs.values()) <= KEEP_LOG_FILES * (MAX_LOG_FILE_BYTES + slack), logs
 
 
 def test_the_memtable_size_comes_from_the_environment_and_must_be_positive(monkeypatch: pytest.MonkeyPatch) -> None:
