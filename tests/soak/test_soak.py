@@ -75,7 +75,7 @@ pytestmark = pytest.mark.integration
 
 SOAK_S = float(os.environ.get("SEGCOORD_SOAK_S", "1800"))
 FAULTS = int(os.environ.get("SEGCOORD_SOAK_FAULTS", "20"))
-RATE = float(os.environ.get("SEGCOORD_SOAK_RATE", "100"))  # timeline events per second
+RATE = float(os.environ.get("SEGCOORD_SOAK_RATE", "60"))  # timeline events per second
 WINDOW_IDS = os.environ.get("SEGCOORD_SOAK_WINDOW_IDS", "50000")
 WINDOW_MS = os.environ.get("SEGCOORD_SOAK_WINDOW_MS", "300000")
 WRITE_BUFFER_MB = os.environ.get("SEGCOORD_SOAK_WRITE_BUFFER_MB", "1")
