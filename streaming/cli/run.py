@@ -12,7 +12,7 @@ from typing import Any
 from coordinator.placement.liveness import DEFAULT_SERVER_TIMEOUT_MS
 from streaming import config
 from streaming.cli.common import CliError, add_kafka, broker, topics
-from streaming.service.state import AppliedWindow
+from streaming.service.state import AppliedWindow, write_buffer_bytes
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -30,6 +30,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         window = AppliedWindow(args.dedupe_window_ids, args.dedupe_window_ms)
     except ValueError as e:
         raise CliError(f"--dedupe-window-ids / --dedupe-window-ms: {e}") from None
+    try:
+        write_buffer_bytes()
+    except ValueError as e:
+        raise CliError(str(e)) from None
     if args.plan_every <= 0:
         raise CliError(f"--plan-every: must be a positive number of seconds, got {args.plan_every}")
     if args.coordinator_period <= 0:

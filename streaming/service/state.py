@@ -47,6 +47,7 @@ the agent's format plus :data:`LAYOUT` (a store of another layout is rebuilt).
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -90,13 +91,38 @@ class StoreClosedError(RuntimeError):
     """A commit to a store closed by a stop (the batch is not written; a restart re-reads it)."""
 
 
+WRITE_BUFFER_ENV = "SEGCOORD_STORE_WRITE_BUFFER_MB"
+KEEP_LOG_FILES = 3
+MAX_LOG_FILE_BYTES = 256 * 1024
+
+
+def write_buffer_bytes() -> int:
+    """The memtable size of every store: ``$SEGCOORD_STORE_WRITE_BUFFER_MB`` (a positive number of MB), 16 MB by
+    default. It bounds what a store holds beyond its live data: up to two memtables in memory, and their
+    write-ahead log on disk until a memtable is flushed (docs/workers.md, "Soak results")."""
+    raw = os.environ.get(WRITE_BUFFER_ENV, "16")
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = 0.0
+    if not mb > 0:
+        raise ValueError(f"{WRITE_BUFFER_ENV}: must be a positive number of MB, got {raw!r}")
+    return max(64 * 1024, int(mb * 1024 * 1024))
+
+
 def _options() -> Options:
-    """Small RocksDB settings for a 2-core machine: one background job, 16 MB memtables, 16 MB block cache."""
+    """Small RocksDB settings for a 2-core machine: one background job, 16 MB memtables (:func:`write_buffer_bytes`),
+    16 MB block cache, and RocksDB's own info log bounded: a new file past :data:`MAX_LOG_FILE_BYTES` (every
+    flush, compaction and the 10-minute statistics dump append to it, so one process's log grew for as long as
+    it ran) and :data:`KEEP_LOG_FILES` files kept (a new one starts at every open: a worker restarted many
+    times kept up to a thousand)."""
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.set_max_background_jobs(1)
-    opts.set_write_buffer_size(16 * 1024 * 1024)
+    opts.set_write_buffer_size(write_buffer_bytes())
     opts.set_max_write_buffer_number(2)
+    opts.set_keep_log_file_num(KEEP_LOG_FILES)
+    opts.set_max_log_file_size(MAX_LOG_FILE_BYTES)
     table = BlockBasedOptions()
     table.set_block_cache(Cache(16 * 1024 * 1024))
     table.set_bloom_filter(10, False)  # a duplicate check of a fresh id asks every generation: misses stay cheap

@@ -69,7 +69,8 @@ def seg(d: int) -> SegmentDescriptor:
 
 
 def read_records(bootstrap: str, topic: str, ends: dict[int, int] | None = None) -> list[list[InputRecord]]:
-    """Every record of ``topic`` below ``ends`` (default: the current end), one list per partition."""
+    """Every record of ``topic`` below ``ends`` (default: the current end), one list per partition. Fails when 30 s
+    pass without a new record (not 30 s in all: a soak's topic of 200k records takes longer on a loaded machine)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}", "enable.auto.commit": False})
     try:
         parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
@@ -84,6 +85,7 @@ def read_records(bootstrap: str, topic: str, ends: dict[int, int] | None = None)
                 p = m.partition()
                 if m.error() is not None or p not in pending or m.offset() >= ends[p]:
                     continue
+                deadline = time.monotonic() + 30
                 out[p].append(InputRecord(topic, p, m.offset(), m.key(), m.value(), m.timestamp()[1]))
                 if m.offset() >= ends[p] - 1:
                     pending.discard(p)

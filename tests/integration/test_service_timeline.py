@@ -9,11 +9,7 @@ id, must equal it whatever happened to the process in between.
 from __future__ import annotations
 
 import base64
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -40,9 +36,9 @@ from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import FORMAT_VERSION, STORE_NAME, stored_facts, stored_states
 from streaming.service.timeline_facts import all_facts, all_states
 from tests.accepted import through_lockbox
+from tests.integration.processes import SEGCOORD, SegcoordProcess, wait_for
 
 pytestmark = pytest.mark.integration
-SEGCOORD = str(Path(sys.executable).parent / "segcoord")
 T0 = 1_795_219_200_000  # 2026-11-21T00:00Z
 
 
@@ -134,56 +130,20 @@ def count_distinct_ids(bootstrap: str, topic: str) -> int:
     return len({decode(r.value).event_id for r in read_all(bootstrap, topic)})
 
 
-class Service:
+class Service(SegcoordProcess):
     """``segcoord run`` as a subprocess."""
 
-    def __init__(self, bootstrap: str, topics: Topics, state_dir: Path, log: Path) -> None:
-        self.args = [SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix,
-                     "--state-dir", str(state_dir)]
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
+    name = "segcoord run"
 
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    def __init__(self, bootstrap: str, topics: Topics, state_dir: Path, log: Path) -> None:
+        super().__init__([SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix,
+                          "--state-dir", str(state_dir)], log)
 
     def loaded(self, starts: int, timeout: float = 60.0) -> None:
         """Wait until the ``starts``-th run has loaded its stores (its " resumes at " line is out), so a kill that
         follows hits the worker itself, not the interpreter's start-up (slow on a loaded machine)."""
         wait_for(f"start {starts} to load its state",
                  lambda: self.log.read_text().count(" resumes at ") >= starts, self, timeout)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-            raise AssertionError(f"segcoord run ignored SIGTERM; log:\n{self.log.read_text()[-3000:]}") from None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-
-def wait_for(what: str, check: Callable[[], Any], service: Service, timeout: float = 30.0) -> Any:
-    """Poll ``check`` until it returns something truthy (returned), failing with the service's log if the
-    service exits or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert service.alive(), f"segcoord run exited; log:\n{service.log.read_text()[-3000:]}"
-        got = check()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"no {what} after {timeout}s; log:\n{service.log.read_text()[-3000:]}")
 
 
 class Flow:

@@ -24,8 +24,6 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import signal
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -44,11 +42,12 @@ from streaming.service.election import HEADER
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import FORMAT_VERSION, STORE_NAME
 from tests.accepted import import_request
+from tests.integration.processes import SEGCOORD, SegcoordProcess, wait_for
 from tests.integration.test_service_lockbox import dedup, request_stream
 from tests.integration.test_service_lockbox import pure_fold as lockbox_fold
 from tests.integration.test_service_planner import Historicals, send
 from tests.integration.test_service_planner_crash import announced, answers_log, commands_log, unanswered
-from tests.integration.test_service_timeline import SEGCOORD, T0, pure_fold, read_all, segment_stream
+from tests.integration.test_service_timeline import T0, pure_fold, read_all, segment_stream
 
 pytestmark = pytest.mark.integration
 
@@ -61,23 +60,16 @@ REPLICAS = 2
 IN_TEST_PUBLISHES = ("publish without a live lock", "publish without its lockbox decision")
 
 
-class Worker:
+class Worker(SegcoordProcess):
     """One ``segcoord run`` worker as a subprocess, with its own state folder, id and log."""
 
-    def __init__(self, bootstrap: str, topics: Topics, home: Path, worker_id: str) -> None:
-        self.worker_id = worker_id
-        self.log = home / f"{worker_id}.log"
-        self.args = [SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix,
-                     "--state-dir", str(home / worker_id), "--worker-id", worker_id, "--plan-every", "1"]
-        self.proc: subprocess.Popen[bytes] | None = None
+    stop_timeout = 90.0
 
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def __init__(self, bootstrap: str, topics: Topics, home: Path, worker_id: str, *extra: str) -> None:
+        super().__init__([SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix,
+                          "--state-dir", str(home / worker_id), "--worker-id", worker_id, "--plan-every", "1",
+                          *extra], home / f"{worker_id}.log")
+        self.worker_id = self.name = worker_id
 
     def leads(self) -> bool:
         """Alive, and its log's last election line says it leads."""
@@ -85,34 +77,6 @@ class Worker:
             return False
         lines = [ln for ln in self.log.read_text().splitlines() if "planner election: this worker" in ln]
         return bool(lines) and "leads from epoch" in lines[-1]
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(90)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-            raise AssertionError(f"{self.worker_id} ignored SIGTERM; log:\n{self.log.read_text()[-3000:]}") from None
-
-    def tail(self) -> str:
-        return f"--- {self.worker_id}:\n{self.log.read_text()[-2500:]}"
-
-
-def wait_until(what: str, check: object, workers: list[Worker], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert all(w.alive() for w in workers), "a worker exited:\n" + "\n".join(w.tail() for w in workers)
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"no {what} after {timeout}s:\n" + "\n".join(w.tail() for w in workers))
 
 
 def wiki(d: int) -> SegmentDescriptor:
@@ -167,8 +131,8 @@ def test_three_workers_sigkilled_at_random_points_lose_and_double_nothing(kafka_
         with Historicals(kafka_bootstrap, topics, SERVERS, max_size=1_000_000):
             for w in workers:
                 w.start()
-            wait_until("an elected planner", lambda: sum(w.leads() for w in workers) == 1, workers, 120)
-            wait_until("every worker in the group", lambda: all(
+            wait_for("an elected planner", lambda: sum(w.leads() for w in workers) == 1, workers, 120)
+            wait_for("every worker in the group", lambda: all(
                 "resumes at" in w.log.read_text() for w in workers), workers, 120)
             producer = EventProducer(kafka_bootstrap, topics)
             kills = iter(kill_at)
@@ -206,12 +170,12 @@ def test_three_workers_sigkilled_at_random_points_lose_and_double_nothing(kafka_
                 return set(placed) >= want and all(len(placed[s] & set(SERVERS)) == REPLICAS for s in want) \
                     and not unanswered(commands, answers)
 
-            wait_until("placement to converge", converged, workers, 300)
+            wait_for("placement to converge", converged, workers, 300)
             # the historicals' last announces are on segments too: the fold is taken once placement converged
             expected = pure_fold(read_all(kafka_bootstrap, topics.name(SEGMENTS)))
-            wait_until("every visibility change", lambda: len({decode(r.value).event_id for r in read_all(
+            wait_for("every visibility change", lambda: len({decode(r.value).event_id for r in read_all(
                 kafka_bootstrap, topics.name(TIMELINE))}) >= len(expected.outputs), workers, 300)
-            wait_until("every lock decision", lambda: len(dedup(read_all(kafka_bootstrap, topics.name(LOCKS))))
+            wait_for("every lock decision", lambda: len(dedup(read_all(kafka_bootstrap, topics.name(LOCKS))))
                        >= len(expected_locks.locks), workers, 120)
             for w in workers:
                 assert w.stop() == 0, w.tail()
@@ -258,6 +222,9 @@ def test_three_workers_sigkilled_at_random_points_lose_and_double_nothing(kafka_
     violations = [v for v in audit(kafka_bootstrap, topics, command_timeout_ms=0)
                   if v.rule not in IN_TEST_PUBLISHES]
     assert violations == [], violations[:10]
+    print(f"{len(expected.outputs)} visibility changes (deduplicated, equal to the pure fold), "
+          f"{len(expected_locks.locks)} lock decisions; {len(commands)} commands, {len(ids)} (server, segment) loads "
+          f"under one id each; planners by epoch: {dict(sorted(by_epoch.items()))}; audit clean")
     # every worker applied a share of segments (the partitions were split), and for every partition some worker's
     # store reached its end
     ends = {(r.topic, r.partition): r.offset + 1 for r in read_all(kafka_bootstrap, topics.name(SEGMENTS))}
@@ -279,7 +246,7 @@ def test_two_workers_with_the_same_id_the_second_refuses_to_start(kafka_bootstra
     (tmp_path / "other").mkdir()
     first.start()
     try:
-        wait_until("the first worker to lead", first.leads, [first], 120)
+        wait_for("the first worker to lead", first.leads, [first], 120)
         second.start()
         assert second.proc is not None
         code = second.proc.wait(120)

@@ -111,3 +111,10 @@ def test_operator_commands_refuse_bad_input_before_any_broker(capsys: pytest.Cap
     assert "--coordinator-period: must be a positive number of seconds, got 0.0" in _one_error_line(capsys)
     assert main(["tail", "timeline", "--max-messages", "0", "--bootstrap", "127.0.0.1:1"]) == 2
     assert "--max-messages: must be > 0" in _one_error_line(capsys)
+
+
+def test_run_refuses_a_bad_memtable_size_before_it_starts(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SEGCOORD_STORE_WRITE_BUFFER_MB", "0")
+    assert main(["run", "--bootstrap", "127.0.0.1:1"]) == 2
+    assert "SEGCOORD_STORE_WRITE_BUFFER_MB: must be a positive number of MB, got '0'" in _one_error_line(capsys)

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from streaming.service.state import APPLIED_PREFIX, AgentStateStore, AppliedWindow
+from streaming.service.state import (
+    APPLIED_PREFIX,
+    KEEP_LOG_FILES,
+    MAX_LOG_FILE_BYTES,
+    WRITE_BUFFER_ENV,
+    AgentStateStore,
+    AppliedWindow,
+    write_buffer_bytes,
+)
 
 
 def _stored(store: AgentStateStore) -> int:
@@ -63,3 +71,44 @@ def test_marking_an_id_twice_in_one_batch_counts_it_once(tmp_path: Path) -> None
 def test_a_window_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_ids and max_age_ms must be positive"):
         AppliedWindow(max_ids=0)
+
+
+def test_reopening_a_store_many_times_keeps_only_a_few_rocksdb_info_logs(tmp_path: Path) -> None:
+    """RocksDB starts a new info LOG at every open and kept up to 1000 old ones: a worker restarted often (a
+    soak's kills) grew its store by one file per restart. Now at most ``KEEP_LOG_FILES`` are kept."""
+    for restart in range(KEEP_LOG_FILES + 5):
+        with AgentStateStore(tmp_path / "s", "test/1") as store:
+            batch = store.batch()
+            batch.mark_applied(f"e{restart}", 1_000 + restart)
+            store.commit(batch)
+    logs = [f.name for f in (tmp_path / "s").iterdir() if f.name.startswith("LOG")]
+    assert 1 <= len(logs) <= KEEP_LOG_FILES, logs
+
+
+def test_a_long_run_with_many_flushes_keeps_rocksdb_info_logs_bounded(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every memtable flush and compaction appends to RocksDB's info LOG: with no size limit one process's LOG
+    grew for as long as it ran (a soak's store grew by it). 8 MB through 64 kB memtables: over 100 flushes."""
+    monkeypatch.setenv(WRITE_BUFFER_ENV, str(64 / 1024))
+    with AgentStateStore(tmp_path / "s", "test/1") as store:
+        for b in range(400):
+            batch = store.batch()
+            for i in range(100):
+                batch.put(f"k{i}".encode(), bytes([b % 256]) * 200)
+            batch.mark_applied(f"e{b}", 1_000 + b)
+            store.commit(batch)
+    logs = {f.name: f.stat().st_size for f in (tmp_path / "s").iterdir() if f.name.startswith("LOG")}
+    slack = 64 * 1024  # the lines written after the size check that rolls the file
+    assert max(logs.values()) <= MAX_LOG_FILE_BYTES + slack, logs
+    assert sum(logs.values()) <= KEEP_LOG_FILES * (MAX_LOG_FILE_BYTES + slack), logs
+
+
+def test_the_memtable_size_comes_from_the_environment_and_must_be_positive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(WRITE_BUFFER_ENV, raising=False)
+    assert write_buffer_bytes() == 16 * 1024 * 1024
+    monkeypatch.setenv(WRITE_BUFFER_ENV, "1")
+    assert write_buffer_bytes() == 1024 * 1024
+    for bad in ("0", "-2", "lots"):
+        monkeypatch.setenv(WRITE_BUFFER_ENV, bad)
+        with pytest.raises(ValueError, match=f"{WRITE_BUFFER_ENV}: must be a positive number of MB, got '{bad}'"):
+            write_buffer_bytes()
