@@ -65,6 +65,14 @@ def decoded(bootstrap: str, topics: Topics, name: str) -> list[Envelope[Event]]:
 
 
 
+def described(commands: list[Envelope[Event]], service: Service) -> str:
+    """The commands (one line each) and the worker's log, for an assertion's message."""
+    lines = [f"{e.event_type} {e.event_id} server={e.event.server} segment={e.event.segment.id} "  # type: ignore[attr-defined]
+             f"purpose={e.event.purpose} reason={e.event.reason} epoch={e.event.planner_epoch} "  # type: ignore[attr-defined]
+             f"caused by {e.causation_id} at {e.occurred_at}" for e in commands]
+    return "\n".join([*lines, "log:", service.log.read_text()[-3000:]])
+
+
 def planner_read_all(bootstrap: str, topics: Topics) -> bool:
     """Whether the elected planner has applied every record now on ``segments``, ``cluster`` and ``commands``: its
     feed commits what it applied under ``<group>.planner-feed`` after each batch (and after its flush)."""
@@ -163,7 +171,7 @@ def test_publish_loads_at_once_and_drop_rule_unloads(kafka_bootstrap: str, topic
             return got if len(got) >= 3 else []
 
         loads = wait_for("3 loads", load_commands, service)
-        assert len(loads) == 3
+        assert len(loads) == 3, described(loads, service)
         assert sorted(str(e.event.segment.id) for e in loads) == sorted(str(s.id) for s in segments)  # type: ignore[attr-defined]
         assert {e.causation_id for e in loads} == {published.event_id}
         assert all(e.key == e.event.server and e.event.command_id == e.event_id for e in loads)  # type: ignore[attr-defined]
@@ -199,7 +207,8 @@ def test_publish_loads_at_once_and_drop_rule_unloads(kafka_bootstrap: str, topic
         assert {(e.event.server, e.event.segment_id) for e in gone} == {  # type: ignore[attr-defined]
             (answers[e.event_id], str(e.event.segment.id)) for e in loads}  # type: ignore[attr-defined]
         # the planner counted the answers: no further load was ever issued
-        assert len([e for e in decoded(kafka_bootstrap, topics, COMMANDS) if isinstance(e.event, LoadSegment)]) == 3
+        all_loads = [e for e in decoded(kafka_bootstrap, topics, COMMANDS) if isinstance(e.event, LoadSegment)]
+        assert len(all_loads) == 3, described(all_loads, service)
     # the servers left (ServerLeft on cluster): stop once the planner applied everything, so its store has it all
     wait_for("the planner to read the log to its end", lambda: planner_read_all(kafka_bootstrap, topics), service)
     assert service.stop() == 0
