@@ -24,8 +24,16 @@ def _stop_before_start(_signum: int, _frame: Any) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     # first, before the imports below (faust and the agents: seconds on a loaded machine): a SIGTERM that came
     # in while they loaded ended the process with the default action (status -15) instead of a clean exit 0
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _stop_before_start)
+    previous = {sig: signal.signal(sig, _stop_before_start) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _run(args)
+    except CliError:  # bad input: nothing ran (main() called in-process, e.g. by tests, keeps its handlers)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
     from streaming.admin import create_topics
     from streaming.service.app import run_service
     from streaming.service.outage import until_reachable
