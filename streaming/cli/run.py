@@ -15,7 +15,25 @@ from streaming.cli.common import CliError, add_kafka, broker, topics
 from streaming.service.state import AppliedWindow, write_buffer_bytes
 
 
+def _stop_before_start(_signum: int, _frame: Any) -> None:
+    """A stop signal before the worker installed its own handlers: nothing is open yet (or what is unwinds with
+    the exception), so the run ends with status 0, as an orderly stop does."""
+    raise SystemExit(0)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    # first, before the imports below (faust and the agents: seconds on a loaded machine): a SIGTERM that came
+    # in while they loaded ended the process with the default action (status -15) instead of a clean exit 0
+    previous = {sig: signal.signal(sig, _stop_before_start) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _run(args)
+    except CliError:  # bad input: nothing ran (main() called in-process, e.g. by tests, keeps its handlers)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
     from streaming.admin import create_topics
     from streaming.service.app import run_service
     from streaming.service.outage import until_reachable
@@ -48,11 +66,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise CliError(f"--http: {e}") from None
     if not address:
         address = broker(args).start()  # starts the local broker, or reuses the running one
-    def stop(_signum: int, _frame: Any) -> None:  # a stop while waiting for the broker: nothing is open yet
-        raise SystemExit(0)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, stop)
     # topics it has to create get the cluster's default replication (topics create --replication sets it)
     until_reachable("creating the topics", lambda: create_topics(address, tps, replication=None))
     state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / tps.prefix.rstrip(".")

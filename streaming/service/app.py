@@ -459,4 +459,9 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
             worker.execute_from_commandline()
         except SystemExit as e:
             return int(e.code or 0)
+        finally:
+            # closing Faust's event loop reset SIGTERM/SIGINT to the default action: a signal during the unwind
+            # below (stores, producer flushes) would end the process with -15 instead of the grace exit
+            for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+                signal.signal(sig, lambda _s, _f, name=name: _exit_after_grace(name))
         return 0

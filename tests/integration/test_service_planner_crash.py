@@ -54,7 +54,7 @@ from streaming.service.intake import InputRecord
 from streaming.service.planner_agent import FAULT_ENV, FORMAT_VERSION, STORE_NAME, PlannerAgent
 from streaming.service.state import AgentStateStore
 from tests.accepted import import_request
-from tests.integration.test_service_planner import Historicals, PlanService, send
+from tests.integration.test_service_planner import Historicals, PlanService, planner_read_all, send
 from tests.integration.test_service_timeline import T0, wait_for
 
 pytestmark = pytest.mark.integration
@@ -254,10 +254,14 @@ def test_sigkill_at_random_points_one_id_per_copy_convergence_and_store_equals_f
             n_ids = len({e.event_id for e in commands_log(kafka_bootstrap, topics)})
             if service.alive():
                 service.kill()
+            caught_up = service.log.read_text().count("planner: caught up")
             start(fault=False)
-            time.sleep(3)  # timer runs on the converged view
+            # it catches up, its first timer run (full) plans on the converged view, and it reads back what it sent
+            wait_for("the last start to catch up",
+                     lambda: service.log.read_text().count("planner: caught up") > caught_up, service, timeout=120)
+            wait_for("the planner to read the log to its end", lambda: planner_read_all(kafka_bootstrap, topics),
+                     service)
             wait_for("still converged", converged, service)
-            time.sleep(2)  # the agent reads the last answers
             late = len({e.event_id for e in commands_log(kafka_bootstrap, topics)}) - n_ids
         finally:
             if service.alive():
