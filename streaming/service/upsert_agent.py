@@ -153,7 +153,7 @@ class UpsertAgent:
         self.strategies_written = 0
         #: (topic, key) -> the partition its last record came from (see "Only for what this worker owns")
         self.sources: dict[tuple[str, str], int] = {
-            (t.decode(), k.decode()): int(v) for (t, _, k), v in
+            (t.decode(), k.decode(errors="surrogateescape")): int(v) for (t, _, k), v in
             ((raw[len(b"src/"):].partition(b"\x00"), v) for raw, v in store.scan(b"src/"))}
         #: the (topic, partition)s this worker owns now; None: all (one worker)
         self.owned: Callable[[], Collection[tuple[str, int]]] | None = None
@@ -192,8 +192,10 @@ class UpsertAgent:
             batch.mark_applied(env.event_id)
             c.applied += 1
             last = (rec, env.event_id)
-            if rec.key is not None and self.sources.get((rec.topic, rec.key.decode())) != rec.partition:
-                self.sources[(rec.topic, rec.key.decode())] = rec.partition
+            # any bytes: a valid event under a key that is not UTF-8 (a hostile producer) must not stop the agent
+            source = None if rec.key is None else (rec.topic, rec.key.decode(errors="surrogateescape"))
+            if rec.key is not None and source is not None and self.sources.get(source) != rec.partition:
+                self.sources[source] = rec.partition
                 batch.put(b"src/" + rec.topic.encode() + b"\x00" + rec.key, str(rec.partition).encode())
         if last is not None:
             rec, cause = last

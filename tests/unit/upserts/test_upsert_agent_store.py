@@ -201,3 +201,22 @@ def test_the_timer_acts_only_for_partitions_the_worker_owns_now(tmp_path: Path) 
         agent.owned = lambda: everything  # the partition came back
         assert agent.tick(10**13) == 1
         assert [decode(b).event.segment_ids for b in sink.sent] == [(str(old.id),)]  # type: ignore[attr-defined]
+
+
+def test_a_valid_event_under_a_key_that_is_not_utf8_is_applied_and_survives_a_restart(tmp_path: Path) -> None:
+    """A hostile producer may put any bytes in a record's key (the fuzz test does): the agent applies the valid
+    event, remembers where the key came from, and reopens its store; it used to stop with UnicodeDecodeError."""
+    from dataclasses import replace
+
+    log = Log()
+    log.add(table_set(grace_ms=60_000))
+    log.reingest("2021-01-01", part("a", "2021-01-01", "v1"))
+    recs = [replace(r, key=b"ds\xce\xff" + r.key) if r.key else r for r in records(log)]
+    with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
+        agent = UpsertAgent(store, TOPICS, ListSink())
+        agent.process(recs)
+        applied = agent.counters.applied
+        assert applied == len(recs)
+    with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
+        again = UpsertAgent(store, TOPICS, ListSink())
+        assert again.sources == agent.sources and len(again.sources) > 0
