@@ -22,12 +22,12 @@ from events.schema import Instant
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsMarkedUsed, SegmentsPublished
 from events.tasks import SegmentsImportRequested, SegmentsMarkUnusedRequested, SegmentsMarkUsedRequested
 from events.topics import LOCK_REQUESTS, SEGMENTS
-from streaming.service.intake import InputRecord
 from streaming.service.lockbox_agent import FORMAT_VERSION as LB_FORMAT
 from streaming.service.lockbox_agent import LockboxAgent
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import FORMAT_VERSION as TL_FORMAT
 from streaming.service.timeline_agent import TimelineAgent
+from tests.unit.locks.test_only_the_lockbox_publishes import ListSink, records  # the same agents' harness
 
 KEY = b"unit-test-publish-key"
 T0 = 1_767_225_600_000
@@ -112,21 +112,6 @@ def test_a_mark_request_is_refused_with_the_reason(request_: Event, why: str) ->
 
 
 # -- the agents: the lockbox seals the operator's mark, the timeline takes only sealed marks ------------------
-class ListSink:
-    def __init__(self) -> None:
-        self.sent: list[Envelope[Event]] = []
-
-    def send(self, envelope: Envelope[Event]) -> None:
-        self.sent.append(envelope)
-
-    def flush(self, timeout: float = 30.0) -> None:
-        pass
-
-
-def records(topic: str, envs: list[Envelope[Event]], start: int = 0) -> list[InputRecord]:
-    return [InputRecord(topic, 0, start + i, e.key.encode(), encode(e), T0) for i, e in enumerate(envs)]
-
-
 def test_the_timeline_takes_the_lockbox_mark_and_dead_letters_a_forged_one(tmp_path: Path) -> None:
     lb_sink, tl_sink = ListSink(), ListSink()
     with AgentStateStore(tmp_path / "lb", LB_FORMAT) as lb_store, AgentStateStore(tmp_path / "tl", TL_FORMAT) as tl:
