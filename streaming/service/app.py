@@ -417,7 +417,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         snapshot_tail = None
         if snapshot_policy is not None:  # per-partition snapshots on `snapshots` (docs/workers.md)
             timeline.enable_snapshots(snapshot_policy, tl_producer, me.worker_id)
-            snapshot_tail = SnapshotTail(bootstrap, topics).start()
+            snapshot_tail = SnapshotTail(bootstrap, topics, extra=kafka_log).start()
             stack.callback(snapshot_tail.close)
         print(f"timeline agent resumes at {_resume_text(timeline.next_offsets())}"
               f"{' (store wiped: older format)' if tl_store.wiped else ''}", flush=True)
