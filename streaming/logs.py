@@ -9,7 +9,10 @@ log one per attempt per connection: thousands in 20 s) into two lines: ``broker 
 <time>: <first error>`` when the first one is seen, and ``broker reconnected after N s (M connection
 errors suppressed)`` when :meth:`ConnectionErrors.healthy` is called after it (an agent batch went
 through, or a probe of the broker answered). While it lasts, a reminder at most every
-``remind_s`` seconds. No escape codes: every message is made plain text (``strip_escapes``).
+``remind_s`` seconds. No escape codes: every message is made plain text (``strip_escapes``). A message it
+rewrites is left with empty arguments, ``()``, never ``None``: Faust's formatter (mode's
+``ExtensionFormatter``) turns a non-tuple into a one-element tuple, and ``None`` became ``(None,)``, which
+the ``%`` formatting then refused ("not all arguments converted").
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ class ConnectionErrors(logging.Filter):
             return True
         plain = strip_escapes(message)
         if plain != message:
-            record.msg, record.args = plain, None
+            record.msg, record.args = plain, ()
         if record.name.startswith("segcoord") or record.levelno < logging.WARNING \
                 or not any(m in plain for m in CONNECTION_MARKERS):
             return True
@@ -70,12 +73,12 @@ class ConnectionErrors(logging.Filter):
             if self.since is None:
                 self.since, self._last_reminder, self.suppressed = now, now, 0
                 record.msg, record.args = (f"broker unreachable since {_hms(now)}: {plain.splitlines()[0][:200]}",
-                                           None)
+                                           ())
                 return True
             if now - self._last_reminder >= self.remind_s:
                 self._last_reminder = now
                 record.msg, record.args = (f"broker unreachable since {_hms(self.since)} ({now - self.since:.0f} s, "
-                                           f"{self.suppressed} connection errors suppressed)", None)
+                                           f"{self.suppressed} connection errors suppressed)", ())
                 return True
             self.suppressed += 1
             return False

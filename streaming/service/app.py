@@ -88,6 +88,11 @@ BATCH_MAX = 2000  # records per fetched batch (broker_max_poll_records); bench.s
 FETCH_MAX_WAIT_MS = faust_patches.FETCH_MAX_WAIT_MS  # kept here for the readers that import it
 EXIT_AGENT_FAILED = delivery.EXIT_AGENT_FAILED
 PLAN_EVERY_S = 5.0
+# The consumer's metadata refresh period (Faust's default: 5 min). A group joined while a restarted broker did
+# not list the topics yet gets no partitions ("Ignoring missing topic"), and only a metadata refresh that sees
+# them again makes it rejoin: the worker would sit idle for up to this long (seen on a worker started as the
+# broker went down).
+METADATA_MAX_AGE_MS = 10_000
 SHUTDOWN = Shutdown()  # one worker per process: its stores, closed by a stop (streaming.service.outage)
 
 
@@ -136,6 +141,7 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
         broker_max_poll_records=BATCH_MAX,
+        consumer_metadata_max_age_ms=METADATA_MAX_AGE_MS,
     )
     # delivered in this order within a fetched batch: the lockbox first, so a publish request is decided and its
     # sealed segments_published sent before the timeline and upsert agents fold the rest of the batch (the
@@ -283,8 +289,10 @@ def _resume_text(offsets: dict[tuple[str, int], int]) -> str:
 SHUTDOWN_GRACE_S = 10.0
 
 
-def _worker_class(base: Any) -> Any:
-    """Faust's worker, with a deadline on the shutdown a SIGTERM/SIGINT starts.
+def _worker_class(base: Any, on_logging: Callable[[], None] | None = None) -> Any:
+    """Faust's worker, with a deadline on the shutdown a SIGTERM/SIGINT starts, and ``on_logging`` called as soon
+    as it has configured logging (before the app starts: the outage summary of :mod:`streaming.logs` then covers
+    a broker that goes away while the worker starts, instead of one error line per connection attempt).
 
     Faust's orderly shutdown talks to the broker (consumer group leave, offset commits, producer flushes)
     and, with the broker down, retries for minutes: the service ignored SIGTERM during an outage. After
@@ -293,6 +301,11 @@ def _worker_class(base: Any) -> Any:
     output is flushed, so a restart re-reads and re-emits exactly what was not committed."""
 
     class Worker(base):  # type: ignore[misc, valid-type]
+        def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+            super().on_setup_root_logger(logger, level)
+            if on_logging is not None:
+                on_logging()
+
         def install_signal_handlers(self) -> None:
             """Faust's handlers run on the event loop, which a blocking flush (up to 30 s with the broker down)
             holds: the grace deadline also starts from the interpreter's own handler, which the main thread runs
@@ -404,7 +417,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         snapshot_tail = None
         if snapshot_policy is not None:  # per-partition snapshots on `snapshots` (docs/workers.md)
             timeline.enable_snapshots(snapshot_policy, tl_producer, me.worker_id)
-            snapshot_tail = SnapshotTail(bootstrap, topics).start()
+            snapshot_tail = SnapshotTail(bootstrap, topics, extra=kafka_log).start()
             stack.callback(snapshot_tail.close)
         print(f"timeline agent resumes at {_resume_text(timeline.next_offsets())}"
               f"{' (store wiped: older format)' if tl_store.wiped else ''}", flush=True)
@@ -450,9 +463,11 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         observer.leadership = ElectionLeadership(election, directory, ready=lambda: feed.caught_up)
         election.start()
         stack.callback(election.close)
+        faust_patches.patient_bootstrap(SHUTDOWN)  # the broker can go away between the topics' creation and here
         # Faust's own INFO is start-up chatter: the libraries log at warn or above, the service's lines at loglevel
         faust_level = "warn" if loglevel in ("info", "warn") else loglevel
-        worker = _worker_class(faust.Worker)(app, loglevel=faust_level, quiet=True, redirect_stdouts=False)
+        worker = _worker_class(faust.Worker, observer.logging_configured)(app, loglevel=faust_level, quiet=True,
+                                                                          redirect_stdouts=False)
         if not sys.stdout.isatty():
             worker.spinner = None  # its cursor escape codes end up in log files
         try:

@@ -12,8 +12,12 @@ deliberate change that re-checks every patch instead of a silent change of behav
 - ``faust.transport.drivers.aiokafka.AIOKafkaConsumerThread._create_worker_consumer`` is wrapped
   (:func:`short_fetch_wait`) to set aiokafka's ``AIOKafkaConsumer._fetch_max_wait_ms``, which Faust hard-codes
   to 1500 ms.
+- ``aiokafka.client.AIOKafkaClient.bootstrap`` is wrapped (:func:`patient_bootstrap`): it raises
+  ``KafkaConnectionError`` when no bootstrap server answers, and Faust then ends the worker with status 1; a
+  worker whose broker went away after its topics were created waits for it instead.
 - ``Consumer.highwater`` (the worker's lag), and ``mode.Worker.install_signal_handlers``, ``_on_sigterm``
-  and ``_on_sigint``, which :func:`streaming.service.app._worker_class` overrides for the shutdown deadline.
+  and ``_on_sigint``, which :func:`streaming.service.app._worker_class` overrides for the shutdown deadline,
+  and ``on_setup_root_logger``, where it installs the outage summary's log filter.
 """
 
 from __future__ import annotations
@@ -23,7 +27,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streaming.service.outage import Shutdown
 
 log = logging.getLogger("segcoord.service")
 
@@ -43,6 +50,7 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("mode", "Worker", "install_signal_handlers"),
     ("mode", "Worker", "_on_sigterm"),
     ("mode", "Worker", "_on_sigint"),
+    ("mode", "Worker", "on_setup_root_logger"),
     # streaming.service.delivery: fetched batches go whole to the agents instead of Faust's per-message drain
     ("faust.transport.consumer", "Consumer", "_drain_messages"),
     ("faust.transport.consumer", "Consumer", "_wait_next_records"),
@@ -51,6 +59,8 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("faust.transport.consumer", "Consumer", "flow_active"),
     ("faust.transport.consumer", "Consumer", "should_stop"),
     ("mode.services", "Service", "_stopped"),  # the consumer's and the fetcher's
+    ("aiokafka.client", "AIOKafkaClient", "bootstrap"),  # patient_bootstrap
+    ("aiokafka.client", "AIOKafkaClient", "_client_id"),
 )
 
 StoredOffsets = Callable[[], dict[tuple[str, int], int]]
@@ -146,3 +156,22 @@ def position_from_store(app: Any, stored: dict[str, list[StoredOffsets]],
         return positions
 
     consumer.seek_to_committed = seek_to_stored
+
+
+def patient_bootstrap(shutdown: Shutdown) -> None:
+    """Make the first connection of every aiokafka client in this process (Faust's producer and consumer) wait
+    for an unreachable broker, with back-off and one line per attempt, instead of raising
+    ``KafkaConnectionError`` (which Faust answers by ending the worker with status 1). A stop asked for while it
+    waits exits 0 (:func:`streaming.service.outage.until_bootstrapped`). Idempotent: the original method is kept
+    as ``__wrapped__`` and wrapped once, for the latest ``shutdown``."""
+    from aiokafka.client import AIOKafkaClient
+
+    from streaming.service.outage import until_bootstrapped
+
+    original = getattr(AIOKafkaClient.bootstrap, "__wrapped__", AIOKafkaClient.bootstrap)
+
+    async def bootstrap(self: Any) -> None:
+        await until_bootstrapped(f"connecting {self._client_id}", lambda: original(self), shutdown)
+
+    bootstrap.__wrapped__ = original  # type: ignore[attr-defined]
+    AIOKafkaClient.bootstrap = bootstrap  # type: ignore[method-assign]

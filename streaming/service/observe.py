@@ -62,6 +62,10 @@ class Observer:
         setup(loglevel)  # the levels now (the worker's start-up); the handlers' filter once it runs
         planner.on_run = self.metrics.plan_run
 
+    def logging_configured(self) -> None:
+        """The worker configured logging: the outage summary's filter on its handlers from now on."""
+        setup(self.loglevel, self.errors)
+
     def attach(self, app: Any, planner_pool: ThreadPoolExecutor) -> None:
         self._pool = planner_pool
 

@@ -17,6 +17,11 @@ While waiting it says so, with back-off: ``flush waiting for the broker: N
 message(s) queued for S s`` once after ``timeout`` (the caller's, 30 s by
 default), then after 2x, 4x ... that delay, capped at :data:`REMIND_MAX_S`.
 
+**Starting.** A worker started while the broker is away waits for it: :func:`until_reachable` around the
+topic creation, and :func:`until_bootstrapped` around the first connection of each of Faust's aiokafka clients
+(:func:`streaming.service.faust_patches.patient_bootstrap`), since the broker can go away between the two.
+Each retries with back-off (1 s doubling to :data:`BACKOFF_MAX_S`) and prints one line per attempt.
+
 **Stopping.** :class:`Shutdown` holds the worker's state stores. A stop signal
 calls :meth:`Shutdown.request`; a flush blocked on an outage then ends the
 process at once (:meth:`Shutdown.now`): every store is closed (a commit in
@@ -36,7 +41,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from confluent_kafka import KafkaException
@@ -68,6 +73,39 @@ def until_reachable(what: str, call: Callable[[], T], *, sleep: Callable[[float]
                   f"retrying in {delay:.0f}s", flush=True)
         sleep(delay)
         delay = min(delay * 2, BACKOFF_MAX_S)
+
+
+async def until_bootstrapped(what: str, call: Callable[[], Awaitable[T]], shutdown: Shutdown, *,
+                             first_delay_s: float = 1.0, max_delay_s: float = BACKOFF_MAX_S) -> T:
+    """``await call()``, retried with back-off (``first_delay_s`` doubling to ``max_delay_s``) while it fails with
+    aiokafka's ``KafkaConnectionError``: a Faust client (producer or consumer) whose first connection finds the
+    broker away waits for it instead of ending the worker. One line per attempt says so. A stop asked for while it
+    waits ends the process at once with 0 (:meth:`Shutdown.now`: nothing was consumed yet, the stores are at
+    their last whole batch)."""
+    import asyncio
+
+    from aiokafka.errors import KafkaConnectionError
+
+    delay, began, waited = first_delay_s, time.monotonic(), False
+    while True:
+        if shutdown.requested:
+            shutdown.now(f"{what} was waiting for the broker")
+        try:
+            result = await call()
+        except KafkaConnectionError as e:
+            waited = True
+            print(f"segcoord run: {what}: broker unreachable for {time.monotonic() - began:.0f}s ({e}); "
+                  f"retrying in {delay:g}s", flush=True)
+        else:
+            if waited:
+                print(f"segcoord run: {what}: broker reached after {time.monotonic() - began:.0f}s", flush=True)
+            return result
+        until = time.monotonic() + delay
+        while (left := until - time.monotonic()) > 0:
+            if shutdown.requested:
+                shutdown.now(f"{what} was waiting for the broker")
+            await asyncio.sleep(min(SLICE_S, left))
+        delay = min(delay * 2, max_delay_s)
 
 
 class Closable(Protocol):

@@ -29,8 +29,9 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from coordinator.timeline.snapshot import PartitionSnapshot, SnapshotError, decode_snapshot, snapshot_key
 from events.topics import SNAPSHOTS, Topics
@@ -130,8 +131,10 @@ def latest_snapshots(bootstrap: str, topics: Topics, partitions: Collection[int]
 class SnapshotTail:
     """Follows ``snapshots`` on a thread of its own, keeping the latest timeline snapshot record per partition."""
 
-    def __init__(self, bootstrap: str, topics: Topics, poll_s: float = 0.5) -> None:
+    def __init__(self, bootstrap: str, topics: Topics, poll_s: float = 0.5,
+                 extra: Mapping[str, Any] | None = None) -> None:
         self.bootstrap, self.name, self.poll_s = bootstrap, topics.name(SNAPSHOTS), poll_s
+        self.extra = dict(extra or {})  # client settings: the worker routes librdkafka's log through Python's
         self._latest: dict[bytes, bytes] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -158,7 +161,7 @@ class SnapshotTail:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         c = Consumer({**credentials.client_config(self.bootstrap), "group.id": f"segcoord-snapshots-{uuid.uuid4().hex}",
-                      "enable.auto.commit": False})
+                      "enable.auto.commit": False, **self.extra})
         try:
             assigned: set[int] = set()
             while not self._stop.is_set():

@@ -84,7 +84,7 @@ def refuse_duplicate(bootstrap: str, group: str, me: WorkerIdentity, *, attempts
     for attempt in range(attempts):
         try:
             description = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
-        except KafkaException:
+        except (KafkaException, TimeoutError):  # the result's wait can outlast the request's timeout
             time.sleep(1.0 + attempt)
             continue
         for member in description.members:

@@ -62,6 +62,37 @@ def test_escape_codes_are_stripped() -> None:
     assert strip_escapes("\x1b[?25l\x1b[?25h") == ""
 
 
+def test_a_rewritten_line_formats_through_fausts_formatter() -> None:
+    """The outage line reaches the worker's log through mode's ``ExtensionFormatter`` (Faust's), which turns
+    non-tuple arguments into a tuple: a rewritten record whose arguments were ``None`` came out as "--- Logging
+    error --- ... not all arguments converted" instead of the line."""
+    import io
+
+    from mode.utils.logging import ExtensionFormatter
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(ExtensionFormatter(stream=out, fmt="%(levelname)s %(message)s"))
+    f = ConnectionErrors(remind_s=0, clock=Clock())
+    handler.addFilter(f)
+    logger = logging.getLogger("kafka.librdkafka.test-format")
+    logger.propagate, logger.handlers = False, [handler]
+    try:
+        # as confluent-kafka logs: a format and three arguments
+        logger.error("%s [%s] %s", "FAIL", "rdkafka#producer-4", "Connect to ipv4#127.0.0.1:1 failed: "
+                     "Connection refused (after 0ms in state CONNECT)")
+        logger.error("%s [%s] %s", "FAIL", "rdkafka#producer-4", "Connection refused")  # the reminder
+        logger.warning("\x1b[32m%s\x1b[0m progress", "green")  # an escape-stripped line, not an outage one
+    finally:
+        logger.handlers = []
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "ERROR broker unreachable since 00:16:40Z: FAIL [rdkafka#producer-4] Connect to ipv4#127.0.0.1:1 failed: "
+        "Connection refused (after 0ms in state CONNECT)",
+        "ERROR broker unreachable since 00:16:40Z (0 s, 0 connection errors suppressed)",
+        "WARNING green progress"], out.getvalue()
+
+
 def seg(d: int) -> SegmentDescriptor:
     return SegmentDescriptor("wiki", Interval(T0 + d * 86_400_000, T0 + (d + 1) * 86_400_000), "v1", 0, 100)
 

@@ -86,3 +86,78 @@ def test_a_call_failing_with_the_broker_away_is_retried_with_back_off() -> None:
     assert slept == [1.0, 2.0, 4.0]
     with pytest.raises(ValueError):  # not an outage: raised at once
         until_reachable("x", lambda: (_ for _ in ()).throw(ValueError("bad")), sleep=slept.append)
+
+
+def test_a_first_connection_failing_with_the_broker_away_is_retried_with_back_off(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+
+    from aiokafka.errors import KafkaConnectionError
+
+    from streaming.service.outage import until_bootstrapped
+
+    failures = [KafkaConnectionError("Unable to bootstrap from [('127.0.0.1', 1)]") for _ in range(3)]
+
+    async def call() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "connected"
+
+    got = asyncio.run(until_bootstrapped("connecting w1", call, Shutdown(exit=raise_exit), first_delay_s=0.01))
+    lines = capsys.readouterr().out.splitlines()
+    assert got == "connected" and len(lines) == 4, lines
+    assert [line.rsplit("retrying in ", 1)[-1] for line in lines[:3]] == ["0.01s", "0.02s", "0.04s"]
+    assert lines[0].startswith("segcoord run: connecting w1: broker unreachable for 0s (KafkaConnectionError: "
+                               "Unable to bootstrap"), lines
+    assert lines[3].startswith("segcoord run: connecting w1: broker reached after"), lines
+
+    async def other() -> str:
+        raise ValueError("bad")
+
+    with pytest.raises(ValueError):  # not an outage: raised at once
+        asyncio.run(until_bootstrapped("x", other, Shutdown(exit=raise_exit)))
+
+
+def test_fausts_first_connection_waits_with_no_broker_and_a_stop_exits_0_with_the_store_closed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """aiokafka's own bootstrap (Faust's producer and consumer start with it), as the worker patches it, against
+    a port where no broker listens: it waits instead of raising, and a stop ends it with 0, the store closed."""
+    import asyncio
+
+    import aiokafka.client
+    from aiokafka.client import AIOKafkaClient
+
+    from streaming.service import faust_patches
+
+    store = AgentStateStore(tmp_path / "s", "t/1")
+    shutdown = Shutdown(exit=raise_exit)
+    shutdown.hold(store)
+    original = AIOKafkaClient.bootstrap
+    faust_patches.patient_bootstrap(shutdown)
+    faust_patches.patient_bootstrap(shutdown)  # twice: wrapped once
+    assert AIOKafkaClient.bootstrap.__wrapped__ is original  # type: ignore[attr-defined]
+
+    async def start() -> object:
+        client = AIOKafkaClient(bootstrap_servers="127.0.0.1:1", client_id="w1-test")
+        attempt = asyncio.ensure_future(client.bootstrap())
+        try:
+            seen = ""
+            while "broker unreachable for" not in seen:  # the first failed attempt: it waits, it does not raise
+                assert not attempt.done(), attempt.exception()
+                await asyncio.sleep(0.05)
+                seen += capsys.readouterr().out
+            shutdown.request("SIGTERM")
+            try:
+                await attempt
+            except Exited as e:
+                return e.code
+            return "returned"
+        finally:
+            await client.close()
+
+    try:
+        assert asyncio.run(start()) == 0
+    finally:
+        aiokafka.client.AIOKafkaClient.bootstrap = original  # type: ignore[method-assign]
+    with pytest.raises(StoreClosedError):
+        store.commit(store.batch())
