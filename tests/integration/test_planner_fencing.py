@@ -41,10 +41,11 @@ from streaming.producer import EventProducer
 from streaming.replay import audit
 from streaming.service.election import HEADER
 from tests.accepted import import_request
+from tests.integration.processes import wait_for
 from tests.integration.test_http_api import free_port
 from tests.integration.test_service_planner import Historicals, send
 from tests.integration.test_service_planner_crash import announced, answers_log, commands_log, unanswered
-from tests.integration.test_service_workers import IN_TEST_PUBLISHES, Worker, command_epochs, wait_until, wiki
+from tests.integration.test_service_workers import IN_TEST_PUBLISHES, Worker, command_epochs, wiki
 
 pytestmark = pytest.mark.integration
 
@@ -84,16 +85,16 @@ def test_a_paused_leader_is_fenced_when_it_comes_back(kafka_bootstrap: str, tmp_
         with Historicals(kafka_bootstrap, topics, SERVERS, max_size=1_000_000):
             for w in workers:
                 w.start()
-            wait_until("an elected planner", lambda: sum(w.leads() for w in workers) == 1, workers, 120)
+            wait_for("an elected planner", lambda: sum(w.leads() for w in workers) == 1, workers, 120)
             place(range(6))
-            wait_until("placement", converged, workers, 300)
+            wait_for("placement", converged, workers, 300)
             old = next(w for w in workers if w.leads())
             new = next(w for w in workers if w is not old)
             old_epoch = epoch_of(old)
             assert old.proc is not None
             old.proc.send_signal(signal.SIGSTOP)  # cut off: no heartbeat, no poll, no log line
             try:
-                wait_until("the other worker's election", new.leads, [new], 120)
+                wait_for("the other worker's election", new.leads, [new], 120)
                 new_epoch = epoch_of(new)
                 assert new_epoch > old_epoch
                 place(range(6, 14))
@@ -102,8 +103,8 @@ def test_a_paused_leader_is_fenced_when_it_comes_back(kafka_bootstrap: str, tmp_
                     return {c.event.server for c in commands_log(kafka_bootstrap, topics)
                             if isinstance(c.event, LoadSegment) and c.event.planner_epoch == new_epoch}
 
-                wait_until("the new leader's commands", commanded_by_new, [new], 300)
-                wait_until("placement under the new leader", converged, [new], 300)
+                wait_for("the new leader's commands", commanded_by_new, [new], 300)
+                wait_for("placement under the new leader", converged, [new], 300)
                 # what the paused leader would send when it runs again: a drop of a copy it placed, in its epoch,
                 # on a server the new leader commanded since
                 held = announced(answers_log(kafka_bootstrap, topics))
@@ -125,9 +126,9 @@ def test_a_paused_leader_is_fenced_when_it_comes_back(kafka_bootstrap: str, tmp_
                 text = old.log.read_text()
                 return "stops planning" in text or "no longer leads" in text
 
-            wait_until("the resumed leader to step down", old_stepped_down, workers, 120)
+            wait_for("the resumed leader to step down", old_stepped_down, workers, 120)
             place(range(14, 18))
-            wait_until("placement after the resume", converged, workers, 300)
+            wait_for("placement after the resume", converged, workers, 300)
             for w in workers:
                 assert w.stop() == 0, w.tail()
     finally:
@@ -215,7 +216,7 @@ def test_the_http_api_of_a_worker_that_does_not_lead_redirects_to_the_leaders(ka
     try:
         for w in workers:
             w.start()
-        wait_until("an elected planner", lambda: sum(w.leads() for w in workers) == 1, workers, 120)
+        wait_for("an elected planner", lambda: sum(w.leads() for w in workers) == 1, workers, 120)
         leader = next(w for w in workers if w.leads())
         other = next(w for w in workers if w is not leader)
 
@@ -225,11 +226,11 @@ def test_the_http_api_of_a_worker_that_does_not_lead_redirects_to_the_leaders(ka
             except OSError:
                 return False
 
-        wait_until("both HTTP APIs", lambda: all(serving(w) for w in workers), workers, 120)
+        wait_for("both HTTP APIs", lambda: all(serving(w) for w in workers), workers, 120)
         send(kafka_bootstrap, topics, RulesSet(data_source="wiki", rules=(
             {"type": "loadForever", "tieredReplicants": {"hot": 1}},)), "rules/wiki")
         path = "/druid/coordinator/v1/rules/wiki"
-        wait_until("the leader to read the rules", lambda: '"hot"' in http_get(url[leader.worker_id] + path)[2],
+        wait_for("the leader to read the rules", lambda: '"hot"' in http_get(url[leader.worker_id] + path)[2],
                    workers, 120)
 
         status, headers, _ = http_get(url[other.worker_id] + path + "?x=1")
@@ -245,8 +246,8 @@ def test_the_http_api_of_a_worker_that_does_not_lead_redirects_to_the_leaders(ka
         assert http_get(url[other.worker_id] + "/status/health")[0] == 200  # its own, never redirected
 
         assert leader.stop() == 0, leader.tail()
-        wait_until("the other worker's election", other.leads, [other], 120)
-        wait_until("the other worker to answer itself", lambda: http_get(url[other.worker_id] + path)[0] == 200,
+        wait_for("the other worker's election", other.leads, [other], 120)
+        wait_for("the other worker to answer itself", lambda: http_get(url[other.worker_id] + path)[0] == 200,
                    [other], 60)
         assert '"hot"' in http_get(url[other.worker_id] + path)[2]
         assert http_get(url[other.worker_id] + "/druid/coordinator/v1/isLeader")[0] == 200

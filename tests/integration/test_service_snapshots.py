@@ -24,8 +24,9 @@ from streaming.producer import EventProducer
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import FORMAT_VERSION, STORE_NAME, TimelineAgent
 from streaming.service.timeline_snapshots import latest_snapshots
+from tests.integration.processes import wait_for
 from tests.integration.test_service_timeline import pure_fold, read_all, segment_stream
-from tests.integration.test_service_workers import Worker, wait_until
+from tests.integration.test_service_workers import Worker
 
 pytestmark = pytest.mark.integration
 
@@ -49,9 +50,9 @@ def test_a_worker_gaining_a_killed_workers_partition_starts_from_its_snapshot(
     a, b = Worker(kafka_bootstrap, topics, tmp_path, "a"), Worker(kafka_bootstrap, topics, tmp_path, "b")
     try:
         a.start()
-        wait_until("worker a to take the partitions", lambda: len(gained(a, segments)) >= 2, [a], 120)
+        wait_for("worker a to take the partitions", lambda: len(gained(a, segments)) >= 2, [a], 120)
         b.start()
-        wait_until("worker b to take a partition", lambda: gained(b, segments), [a, b], 120)
+        wait_for("worker b to take a partition", lambda: gained(b, segments), [a, b], 120)
         b_part = gained(b, segments)[0][0]
         a_part = 1 - b_part
         producer = EventProducer(kafka_bootstrap, topics)
@@ -65,14 +66,14 @@ def test_a_worker_gaining_a_killed_workers_partition_starts_from_its_snapshot(
             snap = latest_snapshots(kafka_bootstrap, topics, [a_part]).get(a_part)
             return 0 if snap is None or snap.writer != "a" else snap.next_offset
 
-        wait_until("a's snapshot of its partition", lambda: a_snapshot_at() >= 3 * EVERY, [a, b], 180)
+        wait_for("a's snapshot of its partition", lambda: a_snapshot_at() >= 3 * EVERY, [a, b], 180)
         a.kill()  # SIGKILL: a's session expires, then b gains a's partition
         for e in second:
             producer.send(e)
         producer.close()
-        wait_until("b to gain a's partition", lambda: any(p == a_part for p, _ in gained(b, segments)[1:]), [b], 120)
+        wait_for("b to gain a's partition", lambda: any(p == a_part for p, _ in gained(b, segments)[1:]), [b], 120)
         expected = pure_fold(read_all(kafka_bootstrap, segments))
-        wait_until("every visibility change", lambda: len({decode(r.value).event_id for r in read_all(
+        wait_for("every visibility change", lambda: len({decode(r.value).event_id for r in read_all(
             kafka_bootstrap, topics.name(TIMELINE))}) >= len(expected.outputs), [b], 300)
         assert b.stop() == 0, b.tail()
     finally:
