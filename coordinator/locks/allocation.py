@@ -4,8 +4,9 @@ version), never reused.
 **Which time chunk.** Appending must never hide what a chunk already holds.
 (Overwriting allocations, under a REPLACE lock or an exclusive timeChunk lock
 the task requested itself, as Druid's batch overwrite, write that lock's version
-in the requested interval, or a finer bucket where the group's own chunks of
-that version are in the way.) Appending allocations, under APPEND and shared
+in the existing chunk of that version holding the row, else in the requested
+interval, or a finer bucket where the group's own chunks of that version are in
+the way. No allocation makes two overlapping intervals of one version.) Appending allocations, under APPEND and shared
 locks or locks the allocation took itself:
 
 - If published segments contain the row's timestamp, the segment goes into
