@@ -4,8 +4,9 @@ version), never reused.
 **Which time chunk.** Appending must never hide what a chunk already holds.
 (Overwriting allocations, under a REPLACE lock or an exclusive timeChunk lock
 the task requested itself, as Druid's batch overwrite, write that lock's version
-in the requested interval, or a finer bucket where the group's own chunks of
-that version are in the way.) Appending allocations, under APPEND and shared
+in the existing chunk of that version holding the row, else in the requested
+interval, or a finer bucket where the group's own chunks of that version are in
+the way. No allocation makes two overlapping intervals of one version.) Appending allocations, under APPEND and shared
 locks or locks the allocation took itself:
 
 - If published segments contain the row's timestamp, the segment goes into
@@ -141,25 +142,51 @@ def overwrites(lock: TaskLock) -> bool:
 
 
 def _overwrite_lock(box: Lockbox, src: SourceState, req: SegmentAllocationRequested) -> TaskLock | None:
-    """The live lock of the task's group this allocation overwrites under, if any (see :func:`overwrites`)."""
+    """The live lock an allocation in the requested interval would use, if it overwrites (see
+    :func:`overwrites`): the task's own covering lock, else the group's lock :meth:`Lockbox.acquire` hands
+    back. The same lock :func:`_allocate_in` takes, so the candidates are judged with the version written."""
+    if req.interval is None:
+        return None
     info = box.tasks.get(req.task_id)
     group = info.group_id if info is not None else req.task_id
-    found = [lk for lk in src.locks.values() if lk.group_id == group and lk.lock_type == req.lock_type
-             and not lk.revoked and overwrites(lk) and req.interval is not None and lk.interval.contains(req.interval)]
-    return max(found, key=lambda lk: lk.version) if found else None
+    lock = None
+    if req.lock_granularity == "timeChunk":
+        lock = _covering_lock(src, req.task_id, req.interval, req.lock_type)
+        if lock is None:
+            lock = next((lk for lk in src.locks.values() if lk.group_id == group and lk.granularity == "timeChunk"
+                         and lk.lock_type == req.lock_type and lk.interval.contains(req.interval)), None)
+    else:
+        found = [lk for lk in src.locks.values() if lk.group_id == group and lk.lock_type == req.lock_type
+                 and not lk.revoked and overwrites(lk) and lk.interval.contains(req.interval)]
+        lock = max(found, key=lambda lk: lk.version) if found else None
+    return lock if lock is not None and not lock.revoked and overwrites(lock) else None
+
+
+def _same_version_chunks(box: Lockbox, src: SourceState, version: str) -> set[Interval]:
+    """Intervals of the chunks of ``version``: published, or allocated to a running task (Druid's used and
+    pending segments of that version)."""
+    found = {s.interval for s in src.segments.values() if s.version == version}
+    found.update(a.segment.interval for a in src.allocations.values()
+                 if a.segment.version == version and a.task_id in box.tasks)
+    return found
 
 
 def _overwrite_candidates(box: Lockbox, src: SourceState, req: SegmentAllocationRequested) -> list[Interval] | str:
-    """An overwriting allocation writes its lock's (newest) version in the requested interval, so only chunks
-    of that same version with another interval are in its way (its group's earlier allocations)."""
+    """An overwriting allocation writes its lock's version, so only chunks of that same version with another
+    interval are in its way (its group's earlier allocations). As Druid's SegmentAllocateAction, a chunk of
+    that version holding the row wins: the segment goes into its interval, with its next partition. Else the
+    requested interval, then finer buckets, that overlap none of them."""
     if req.interval is None or req.interval.is_empty() or not req.interval.contains_instant(req.timestamp):
         return f"a {req.lock_type} allocation that overwrites needs an interval containing the timestamp of the row"
     lock = _overwrite_lock(box, src, req)
-    same: set[Interval] = set()
-    if lock is not None:
-        same = {s.interval for s in src.segments.values() if s.version == lock.version}
-        same.update(a.segment.interval for a in src.allocations.values()
-                    if a.segment.version == lock.version and a.task_id in box.tasks)
+    version = lock.version if lock is not None else None
+    same = _same_version_chunks(box, src, version) if version is not None else set()
+    holding = sorted((iv for iv in same if iv.contains_instant(req.timestamp)), key=lambda iv: (iv.start, iv.end))
+    if len(holding) > 1:
+        return (f"the row at {format_instant(req.timestamp)} lies in chunks of version {version} with different "
+                "intervals: " + ", ".join(iv.iso() for iv in holding))
+    if holding:
+        return holding
     tried = [req.interval, *finer_buckets(req.interval, req.timestamp)]
     fit = [iv for iv in tried if not any(c != iv and c.overlaps(iv) for c in same)]
     return fit or "every bucket for the row overlaps this group's chunks of its lock's version"
@@ -266,6 +293,11 @@ def _allocate_in(box: Lockbox, src: SourceState, req: SegmentAllocationRequested
             return f"chunk {interval.iso()} has version {existing}, newer than lock {lock.lock_id} ({lock.version})"
         else:
             version = existing if existing is not None else lock.version
+        clash = sorted((iv for iv in _same_version_chunks(box, src, version)
+                        if iv != interval and iv.overlaps(interval)), key=lambda iv: (iv.start, iv.end))
+        if clash:  # Druid's createNewSegment: "conflicting segment" of the version with another interval
+            return (f"chunk {clash[0].iso()} of version {version} overlaps {interval.iso()}: "
+                    "a version has one interval per time chunk")
         partition = src.next_partition_id(interval, version)
     if lock.revoked:
         return f"lock {lock.lock_id} was revoked"

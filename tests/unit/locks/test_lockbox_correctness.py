@@ -249,3 +249,23 @@ def test_a_segment_lock_inside_the_groups_time_chunk_lock_is_granted() -> None:
     assert isinstance(s.lock("t1", interval=DAY), LockGranted)
     got = s.lock("t2", interval=HOUR5, granularity="segment", partitions=(0,))
     assert isinstance(got, LockGranted) and not isinstance(got, LockWaiting), got
+
+
+def test_a_replace_allocation_of_a_version_goes_into_that_versions_existing_chunk() -> None:
+    """Found by the rows property test: a group holds REPLACE locks on the day (version V) and the month
+    (a newer version). A member allocating half a day joins the day lock (V) and used to get a half-day
+    chunk of V over the day chunk of V its group had already published there; the timeline keeps one
+    interval per version, so those rows were never visible. As Druid (SegmentAllocateAction,
+    createNewSegment), the existing chunk of the version holding the row wins: the next partition of it."""
+    s = Script()
+    s.start("t0", group="g"), s.start("t3", group="g")
+    half = Interval.parse("2026-01-01/PT12H")
+    day = allocated(s.allocate("t0", interval=DAY, sequence="t0", granularity="timeChunk", lock_type="replace"))
+    accepted(s.publish("t0", rows(day.segment, 1), kind="replace"))
+    month = s.lock("t0", interval=JANUARY, lock_type="replace")
+    assert isinstance(month, LockGranted) and month.lock.version > day.segment.version
+    second = allocated(s.allocate("t3", interval=half, sequence="t3", granularity="timeChunk", lock_type="replace"))
+    assert (second.segment.interval, second.segment.version, second.segment.partition_id) == \
+        (DAY, day.segment.version, 1)
+    accepted(s.publish("t3", rows(second.segment, 2), kind="replace"))
+    assert seen(s) == {1: 1, 2: 1}
