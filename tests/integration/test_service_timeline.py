@@ -373,9 +373,11 @@ def test_bad_payloads_go_to_deadletter_and_every_valid_event_is_applied(
         assert (None if letter.original_value is None else base64.b64decode(letter.original_value)) == raw
 
 
-def segment_stream(rng: random.Random, n: int) -> list[Envelope[Event]]:
+def segment_stream(rng: random.Random, n: int, resend_within: int | None = None) -> list[Envelope[Event]]:
     """A seeded stream of ``n`` segments events over 6 data sources: publishes (some with core partitions),
-    announces, unannounces, marks unused, and about 1% re-sent duplicates (same event id)."""
+    announces, unannounces, marks unused, and about 1% re-sent duplicates (same event id), each of any earlier
+    event or, with ``resend_within``, of one of the last ``resend_within`` events (a worker with a bounded
+    applied-id window drops only duplicates within its window)."""
     out: list[Envelope[Event]] = []
     published: list[SegmentDescriptor] = []
     announced: list[tuple[str, SegmentDescriptor]] = []
@@ -384,7 +386,8 @@ def segment_stream(rng: random.Random, n: int) -> list[Envelope[Event]]:
         at = T0 + i * 10
         roll = rng.random()
         if out and roll < 0.01:
-            out.append(out[rng.randrange(len(out))])
+            low = 0 if resend_within is None else max(0, len(out) - resend_within)
+            out.append(out[rng.randrange(len(out))] if low == 0 else out[rng.randrange(low, len(out))])
             continue
         if roll < 0.25 or not published:
             ds, day, version = f"ds{rng.randrange(6)}", rng.randrange(40), f"v{rng.randrange(1, 5)}"
