@@ -18,7 +18,6 @@ still gets its load. (The Spark balancer's decoding of the same kinds of values 
 from __future__ import annotations
 
 import base64
-import os
 import signal
 import subprocess
 import time
@@ -38,6 +37,7 @@ from events.topics import CLUSTER, COMMANDS, DEADLETTER, LOCK_REQUESTS, SEGMENTS
 from events.visibility import SegmentVisibilityChanged
 from streaming.replay import LogFold, read_log
 from streaming.subscribers import QueryableView
+from tests.integration.processes import SegcoordProcess
 from tests.integration.test_service_planner import decoded, send
 from tests.integration.test_service_timeline import SEGCOORD, T0, Service, read_all, wait_for
 
@@ -53,21 +53,12 @@ class LiveService(Service):
         self.args += ["--plan-every", "1", "--server-timeout-millis", str(TIMEOUT_MS)]
 
 
-class HistoricalProcess:
+class HistoricalProcess(SegcoordProcess):
     def __init__(self, name: str, bootstrap: str, topics: Topics, log: Path) -> None:
-        self.name, self.log = name, log
-        self.args = [SEGCOORD, "historical", "--name", name, "--tier", "_default_tier", "--max-size", "1MB",
-                     "--load-ms", "10", "--heartbeat-ms", "500", "--bootstrap", bootstrap,
-                     "--topic-prefix", topics.prefix]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        super().__init__([SEGCOORD, "historical", "--name", name, "--tier", "_default_tier", "--max-size", "1MB",
+                          "--load-ms", "10", "--heartbeat-ms", "500", "--bootstrap", bootstrap,
+                          "--topic-prefix", topics.prefix], log)
+        self.name = name
 
     def running(self) -> bool:
         """True while it runs; fails with its log once it exited."""
