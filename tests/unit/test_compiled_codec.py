@@ -10,6 +10,7 @@ floats, bad instants and intervals, nested garbage).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 from unittest import mock
@@ -75,7 +76,9 @@ def broken_envelopes(draw: st.DrawFn) -> dict[str, Any]:
         if isinstance(parent, dict) and draw(st.booleans()):
             del parent[path[-1]]
         else:
-            parent[path[-1]] = draw(st.one_of(st.sampled_from(NASTY), json_values))
+            # A copy: a later step may delete inside this value, and NASTY must stay what it is
+            # (mutating it changed later draws and made Hypothesis report a flaky strategy).
+            parent[path[-1]] = copy.deepcopy(draw(st.one_of(st.sampled_from(NASTY), json_values)))
     return obj
 
 
