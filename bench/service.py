@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -180,7 +181,7 @@ class Worker:
         # a py-spy raw profile of the worker goes there (placement: of the paced window only, see attach_profile)
         profile = os.environ.get("SEGCOORD_BENCH_PROFILE") if profile_all else None
         self.profiled = bool(profile)
-        wrap = [str(Path(sys.executable).parent / "py-spy"), "record", "-r", "50", "-f", "raw", "-o",
+        wrap = [_py_spy(), "record", "-r", "50", "-f", "raw", "-o",
                 f"{profile}.{planner}.raw", "--"] if profile else []
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -216,9 +217,18 @@ def attach_profile(worker: Worker, label: str, seconds: float) -> subprocess.Pop
     profile = os.environ.get("SEGCOORD_BENCH_PROFILE")
     if not profile:
         return None
-    return subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-r", "100", "-f", "raw",
+    return subprocess.Popen([_py_spy(), "record", "-r", "100", "-f", "raw",
                              "--threads", "-d", str(max(1, int(seconds))), "-p", str(worker.proc.pid), "-o",
                              f"{profile}.{label}.raw"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _py_spy() -> str:
+    """py-spy beside this interpreter, else the one on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if found is None:
+        raise SystemExit("SEGCOORD_BENCH_PROFILE needs py-spy (pip install py-spy)")
+    return found
 
 
 def _children(pid: int) -> list[int]:
