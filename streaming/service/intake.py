@@ -12,7 +12,8 @@ read it (``segments`` has two): :meth:`InputRecord.decoded` keeps the envelope
 or the validation error on the record, and the worker hands the same record
 objects to every agent of the topic. Envelopes are immutable, so sharing one
 between agents is safe; two threads racing on a first decode both compute the
-same result.
+same result. So is the seal check (:meth:`InputRecord.refusal`): the timeline and the upsert agents ask it
+of the same ``segments`` records, and it is a pure function of the envelope and the key.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from coordinator.locks.seal import use_refusal
 from events.deadletter import DeadLettered
 from events.envelope import Envelope, decode
 from events.registry import Event
@@ -41,6 +43,7 @@ class InputRecord:
     value: bytes | None
     timestamp_ms: int = 0
     _decoded: Envelope[Event] | EventValidationError | None = field(default=None, compare=False, repr=False)
+    _refusal: tuple[bytes, str | None] | None = field(default=None, compare=False, repr=False)
 
     def decoded(self) -> Envelope[Event]:
         """The record's envelope, decoded on the first call only; raises EventValidationError (every call)."""
@@ -54,6 +57,17 @@ class InputRecord:
         if isinstance(got, EventValidationError):
             raise got
         return got
+
+    def refusal(self, key: bytes) -> str | None:
+        """:func:`~coordinator.locks.seal.use_refusal` of the decoded envelope under ``key``, computed on the
+        first call for that key only (the seal's HMAC was a tenth of the timeline agent, and the upsert agent
+        checked the same records again)."""
+        got = self._refusal
+        if got is not None and got[0] == key:
+            return got[1]
+        refused = use_refusal(self.decoded(), key)
+        object.__setattr__(self, "_refusal", (key, refused))
+        return refused
 
 
 class Sink(Protocol):

@@ -50,7 +50,6 @@ from collections.abc import Callable, Sequence
 
 import orjson
 
-from coordinator.locks.seal import use_refusal
 from coordinator.timeline.facts import all_facts, known_ids
 from coordinator.timeline.snapshot import PartitionSnapshot, encode_snapshot, restore_partition, take_snapshot
 from coordinator.timeline.timelines import Timelines
@@ -143,7 +142,7 @@ class TimelineAgent:
             env = admit(rec, SEGMENTS, self._next, batch, c, self._dead_letter)
             if env is None or seen_in(env, batch, prior, c):
                 continue
-            refused = use_refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
+            refused = rec.refusal(self.publish_key)  # only the lockbox's publishes (docs/security.md)
             if refused is not None:
                 self._dead_letter(rec, refused)
                 continue

@@ -65,7 +65,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from coordinator.locks.seal import seal_event, use_refusal
+from coordinator.locks.seal import seal_event
 from coordinator.upserts import Strategy, UpsertState, cleanup_due, consolidation_due
 from coordinator.upserts.state import Entry, Held
 from coordinator.upserts.table import canonical_key
@@ -180,7 +180,7 @@ class UpsertAgent:
             env = admit(rec, logical, self._next, batch, c, self._bad)
             if env is None or seen_in(env, batch, prior, c):
                 continue
-            refused = use_refusal(env, self.publish_key)  # only sealed publishes and marks (docs/security.md)
+            refused = rec.refusal(self.publish_key)  # only sealed publishes and marks (docs/security.md)
             if refused is not None:
                 self._bad(rec, refused)
                 continue
