@@ -181,7 +181,8 @@ class Worker:
         # a py-spy raw profile of the worker goes there (placement: of the paced window only, see attach_profile)
         profile = os.environ.get("SEGCOORD_BENCH_PROFILE") if profile_all else None
         self.profiled = bool(profile)
-        wrap = [_py_spy(), "record", "-r", "50", "-f", "raw", "-o",
+        flags = os.environ.get("SEGCOORD_BENCH_PROFILE_FLAGS", "").split()  # e.g. --gil: samples holding the GIL
+        wrap = [_py_spy(), "record", "-r", "50", "-f", "raw", *flags, "-o",
                 f"{profile}.{planner}.raw", "--"] if profile else []
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
