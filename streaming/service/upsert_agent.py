@@ -142,6 +142,7 @@ class UpsertAgent:
         self.topics = topics
         self.sink = sink
         self.input_topics = (topics.name(CLUSTER), topics.name(SEGMENTS), topics.name(TIMELINE))
+        self._logicals = {topics.name(logical): logical for logical in (CLUSTER, SEGMENTS, TIMELINE)}
         self.strategy_topic = topics.name(UPSERT_STRATEGY)
         self.counters = AgentCounters()
         self.state, meta = load_state(store)
@@ -230,10 +231,7 @@ class UpsertAgent:
         return len(decided)
 
     def _logical(self, topic: str) -> str:
-        for logical in (CLUSTER, SEGMENTS, TIMELINE):
-            if self.topics.name(logical) == topic:
-                return logical
-        return topic
+        return self._logicals.get(topic, topic)
 
     # -- decisions --------------------------------------------------------------------------------
     def _decide(self, now: int) -> list[Event]:
