@@ -157,7 +157,8 @@ class TimelineAgent:
             c.applied += 1
             for sid in learned:
                 batch.put(ID_PREFIX + str(sid).encode(), id_key(sid))
-            touched.update(dict.fromkeys(sids))
+            for sid in sids:
+                touched[sid] = None
             self._note_partition(batch, rec.partition, env.event_id, sids, learned)
             for i, change in enumerate(changes):
                 sid = change.segment_id
@@ -185,10 +186,13 @@ class TimelineAgent:
     def _note_partition(self, batch: StoreBatch, partition: int, event_id: str, sids: list[SegmentId],
                         learned: list[SegmentId]) -> None:
         """Remember the partition of the event's data sources, its id among the partition's recent ones."""
-        for ds in {sid.data_source for sid in sids} | {sid.data_source for sid in learned}:
-            if self.partition_of.get(ds) != partition:
-                self.partition_of[ds] = partition
-                batch.put(PART_PREFIX + ds.encode(), str(partition).encode())
+        partition_of = self.partition_of
+        for group in (sids, learned):  # most events name one data source, already noted: no sets built
+            for sid in group:
+                ds = sid.data_source
+                if partition_of.get(ds) != partition:
+                    partition_of[ds] = partition
+                    batch.put(PART_PREFIX + ds.encode(), str(partition).encode())
         if self.snapshot_policy is None:
             return
         recent = self._recent.get(partition)
@@ -277,18 +281,20 @@ class TimelineAgent:
 
     def _stage_facts(self, batch: StoreBatch, touched: dict[SegmentId, None],
                      states: dict[SegmentId, SegmentState]) -> None:
+        keys: dict[SegmentId, bytes] = {}  # every sid of states is touched too: each key encoded once
         for sid in touched:
-            key = id_key(sid)
+            key = keys[sid] = id_key(sid)
             facts = facts_of(self.timelines, sid)
             if facts is None:
                 batch.delete(SEG_PREFIX + key)
             else:
                 batch.put(SEG_PREFIX + key, facts.to_bytes())
         for sid, state in states.items():
+            key = keys.get(sid) or id_key(sid)
             if state == "absent":
-                batch.delete(STATE_PREFIX + id_key(sid))
+                batch.delete(STATE_PREFIX + key)
             else:
-                batch.put(STATE_PREFIX + id_key(sid), state.encode())
+                batch.put(STATE_PREFIX + key, state.encode())
 
     def _dead_letter(self, rec: InputRecord, reason: str) -> None:
         """As :class:`~streaming.consumer.EventConsumer` does: original bytes, position, reason; id from position."""
