@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 
 import orjson
 
-from coordinator.timeline.facts import all_facts, known_ids
+from coordinator.timeline.facts import all_facts, known_ids, known_segments
 from coordinator.timeline.snapshot import PartitionSnapshot, encode_snapshot, restore_partition, take_snapshot
 from coordinator.timeline.timelines import Timelines
 from events.envelope import Envelope
@@ -209,6 +209,28 @@ class TimelineAgent:
                              self._next.get((self.input_topic, partition), 0),
                              tuple(self._recent.get(partition, ())), self.writer)
 
+    def _snapshot_from_store(self, partition: int) -> tuple[PartitionSnapshot, bytes]:
+        """:meth:`snapshot` without its facts, and the facts' JSON array spliced from the committed ``seg/``
+        entries (each is ``facts.to_bytes()`` of the fold's facts after the last commit, the same bytes
+        ``encode_snapshot`` would make), in :func:`all_facts` order: one multi-get instead of building and
+        encoding every fact of the partition at each snapshot (py-spy of ``bench.service``: 8% of the agent at
+        20k segments, growing with the partition). A segment the store lacks is encoded from the fold."""
+        sources = {ds for ds, p in self.partition_of.items() if p == partition}
+        sids = [sid for ds in self.timelines.data_sources() if ds in sources
+                for sid in known_segments(self.timelines, ds)]
+        parts = []
+        for sid, raw in zip(sids, self.store.get_many([SEG_PREFIX + id_key(sid) for sid in sids]), strict=True):
+            if raw is None:
+                facts = facts_of(self.timelines, sid)
+                if facts is None:
+                    continue
+                raw = facts.to_bytes()
+            parts.append(raw)
+        snap = PartitionSnapshot(SEGMENTS, partition, self._next.get((self.input_topic, partition), 0), (),
+                                 tuple(known_ids(self.timelines, sources)), tuple(self._recent.get(partition, ())),
+                                 self.writer)
+        return snap, b"[" + b",".join(parts) + b"]"
+
     def write_snapshots(self, force: bool = False) -> int:
         """Send (and flush) the snapshot of every partition due (every one applied to, with ``force``); call it
         after a commit, so each covers only outputs already acknowledged. Returns the number written."""
@@ -220,8 +242,8 @@ class TimelineAgent:
             force or n >= policy.every_records or (now - self._last_snapshot.get(p, now)) * 1000 >= policy.every_ms)]
         written = 0
         for p in due:
-            snap = self.snapshot(p)
-            data = encode_snapshot(snap)
+            snap, facts_json = self._snapshot_from_store(p)
+            data = encode_snapshot(snap, facts_json)
             self._since[p], self._last_snapshot[p] = 0, now
             if len(data) > MAX_SNAPSHOT_BYTES:
                 log.warning("timeline snapshot of partition %d not written: %d bytes (limit %d); a worker gaining "
