@@ -49,7 +49,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bench.broker import bench_broker
 from coordinator.locks.lockbox import Lockbox
@@ -174,10 +174,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def end_offset(bootstrap: str, topic: str) -> int:
+def end_offset(bootstrap: str, topic: str, attempts: int = 20) -> int:
+    """The end offset of ``topic``'s partition 0; a broker still electing its leader (NOT_LEADER_FOR_PARTITION
+    on a loaded machine) is asked again."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
     try:
-        return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+        for attempt in range(attempts):
+            try:
+                return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+            except KafkaException:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.5)
+        raise AssertionError("unreachable")
     finally:
         c.close()
 
@@ -285,7 +294,11 @@ def throughput(bootstrap: str, work: Path, logical_in: str, logical_out: str, ev
     values = produce(bootstrap, topics, events)
     outputs, fold_rate, fold_cpu_rate = fold(values)
     worker = Worker(bootstrap, topics, work / f"state-{label}", work / f"{label}.log")
-    total, first, steady_cpu = wait_output(bootstrap, topics.name(logical_out), outputs, worker, timeout=600)
+    try:
+        total, first, steady_cpu = wait_output(bootstrap, topics.name(logical_out), outputs, worker, timeout=600)
+    except BaseException:
+        worker.stop()  # not yet the caller's to stop: never leave it running
+        raise
     rate, steady = len(values) / total, len(values) / max(total - first, 1e-9)
     print(f"{label} agent: {len(values)} {logical_in} events -> {outputs} {logical_out} records in {total:.2f}s "
           f"from process start (first output at {first:.2f}s): {rate:,.0f} events/s overall, "
