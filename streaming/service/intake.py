@@ -42,7 +42,8 @@ class InputRecord:
     value: bytes | None
     timestamp_ms: int = 0
     _decoded: Envelope[Event] | EventValidationError | None = field(default=None, compare=False, repr=False)
-    _refusal: tuple[bytes, str | None] | None = field(default=None, compare=False, repr=False)
+    _refusal_key: bytes | None = field(default=None, compare=False, repr=False)  # the key _refusal was checked under
+    _refusal: str | None = field(default=None, compare=False, repr=False)
 
     def decoded(self) -> Envelope[Event]:
         """The record's envelope, decoded on the first call only; raises EventValidationError (every call)."""
@@ -61,11 +62,11 @@ class InputRecord:
         """:func:`~coordinator.locks.seal.use_refusal` of the decoded envelope under ``key``, computed on the
         first call for that key only (the seal's HMAC was a tenth of the timeline agent, and the upsert agent
         checked the same records again)."""
-        got = self._refusal
-        if got is not None and got[0] == key:
-            return got[1]
+        if self._refusal_key == key:
+            return self._refusal
         refused = use_refusal(self.decoded(), key)
-        object.__setattr__(self, "_refusal", (key, refused))
+        object.__setattr__(self, "_refusal", refused)  # no tuple: one allocation less per record
+        object.__setattr__(self, "_refusal_key", key)
         return refused
 
 
