@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from coordinator.locks.seal import use_refusal
+from coordinator.locks.seal import Sealed, use_refusal
 from events.deadletter import DeadLettered
 from events.envelope import Envelope, decode
 from events.registry import Event
@@ -58,13 +58,16 @@ class InputRecord:
             raise got
         return got
 
-    def refusal(self, key: bytes) -> str | None:
-        """:func:`~coordinator.locks.seal.use_refusal` of the decoded envelope under ``key``, computed on the
-        first call for that key only (the seal's HMAC was a tenth of the timeline agent, and the upsert agent
-        checked the same records again)."""
+    def refusal(self, env: Envelope[Event], key: bytes) -> str | None:
+        """:func:`~coordinator.locks.seal.use_refusal` of ``env`` (this record's decoded envelope) under ``key``.
+        The seal of a sealed event (a publish or a mark) is checked on the first call for that key only: its HMAC
+        was a tenth of the timeline agent, and the upsert agent checked the same records again. Any other event
+        is refused by no one, as ``use_refusal`` says, without a look at the record."""
+        if not isinstance(env.event, Sealed):
+            return None
         if self._refusal_key == key:
             return self._refusal
-        refused = use_refusal(self.decoded(), key)
+        refused = use_refusal(env, key)
         object.__setattr__(self, "_refusal", refused)  # no tuple: one allocation less per record
         object.__setattr__(self, "_refusal_key", key)
         return refused

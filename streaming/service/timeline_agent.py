@@ -142,7 +142,7 @@ class TimelineAgent:
             env = admit(rec, SEGMENTS, self._next, batch, c, self._dead_letter)
             if env is None or seen_in(env, batch, prior, c):
                 continue
-            refused = rec.refusal(self.publish_key)  # only the lockbox's publishes (docs/security.md)
+            refused = rec.refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
             if refused is not None:
                 self._dead_letter(rec, refused)
                 continue

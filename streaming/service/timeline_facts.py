@@ -81,16 +81,4 @@ def unrecorded_ids(timelines: Timelines, event: Event) -> list[SegmentId]:
     """The ids of :func:`learned_ids` whose text the fold does not resolve to them yet (call before ``apply``):
     the only ``id/`` entries a commit has to write, since the store holds every text the fold resolves."""
     known = timelines._ids
-    return [sid for sid in learned_ids(event) if not _same(known.get(str(sid)), sid)]
-
-
-def _same(a: SegmentId | None, b: SegmentId) -> bool:
-    """``a == b``, the field comparisons of the dataclass's ``__eq__`` inlined (most announces re-learn a known id,
-    so this runs per event)."""
-    if a is b:
-        return True
-    if a is None or a._hash != b._hash:
-        return False
-    ia, ib = a.interval, b.interval
-    return (a.data_source == b.data_source and ia.start == ib.start and ia.end == ib.end and a.version == b.version
-            and a.partition_id == b.partition_id)
+    return [sid for sid in learned_ids(event) if known.get(str(sid)) != sid]

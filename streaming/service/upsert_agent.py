@@ -181,7 +181,7 @@ class UpsertAgent:
             env = admit(rec, logical, self._next, batch, c, self._bad)
             if env is None or seen_in(env, batch, prior, c):
                 continue
-            refused = rec.refusal(self.publish_key)  # only sealed publishes and marks (docs/security.md)
+            refused = rec.refusal(env, self.publish_key)  # only sealed publishes and marks (docs/security.md)
             if refused is not None:
                 self._bad(rec, refused)
                 continue

@@ -30,14 +30,14 @@ def test_the_verdict_is_use_refusal_s_whatever_the_key_asked_before() -> None:
     for sealed_with in (KEY, b"another key", None):
         rec = _record(sealed_with)
         for key in (KEY, b"another key", KEY):
-            assert rec.refusal(key) == use_refusal(rec.decoded(), key)
+            assert rec.refusal(rec.decoded(), key) == use_refusal(rec.decoded(), key)
 
 
 def test_a_second_agent_asking_the_same_record_does_not_check_the_seal_again() -> None:
     rec = _record(KEY)
     with mock.patch.object(seal, "seal_of", wraps=seal.seal_of) as checked:
-        assert rec.refusal(KEY) is None
-        assert rec.refusal(KEY) is None
+        assert rec.refusal(rec.decoded(), KEY) is None
+        assert rec.refusal(rec.decoded(), KEY) is None
         assert checked.call_count == 1
-        assert rec.refusal(b"another key") is not None  # another key: checked anew
+        assert rec.refusal(rec.decoded(), b"another key") is not None  # another key: checked anew
         assert checked.call_count == 2
