@@ -82,7 +82,7 @@ class _Source:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self.env: dict[str, Any] = {"FAIL": FAIL, "_interval": _interval}
+        self.env: dict[str, Any] = {"FAIL": FAIL, "_interval": _interval, "_interval_known": _INTERVALS.get}
         self._n = 0
 
     def name(self, value: Any, hint: str) -> str:
@@ -95,11 +95,12 @@ class _Source:
         self.lines.append("    " * indent + line)
 
 
-def _convert(src: _Source, tp: Any, meta: Mapping[str, Any], var: str, indent: int) -> None:
+def _convert(src: _Source, tp: Any, meta: Mapping[str, Any], var: str, indent: int, present: bool = False) -> None:
     """Emit code that checks ``var`` against ``tp`` and rebinds it to the decoded value, or returns FAIL.
 
     Mirrors :func:`events.schema._converters` exactly; anything it does not
     accept with certainty returns FAIL (the reflective codec decides then).
+    ``present``: the code runs only where ``var`` is known not to be None.
     """
     origin = get_origin(tp)
     emit = src.emit
@@ -107,6 +108,9 @@ def _convert(src: _Source, tp: Any, meta: Mapping[str, Any], var: str, indent: i
         members = [a for a in get_args(tp) if a is not type(None)]
         if len(members) != 1:
             raise TypeError(f"unsupported union {tp}")
+        if present:
+            _convert(src, members[0], meta, var, indent)
+            return
         emit(indent, f"if {var} is not None:")
         _convert(src, members[0], meta, var, indent + 1)
         return
@@ -126,11 +130,14 @@ def _convert(src: _Source, tp: Any, meta: Mapping[str, Any], var: str, indent: i
             return
         item = f"{var}_i"
         out = f"{var}_t"
-        emit(indent, f"{out} = []")
-        emit(indent, f"for {item} in {var}:")
-        _convert(src, item_tp, item_meta, item, indent + 1)
-        emit(indent + 1, f"{out}.append({item})")
-        emit(indent, f"{var} = tuple({out})")
+        emit(indent, f"if not {var}:")  # the common empty list: no loop (tuple([]) is () too)
+        emit(indent + 1, f"{var} = ()")
+        emit(indent, "else:")
+        emit(indent + 1, f"{out} = []")
+        emit(indent + 1, f"for {item} in {var}:")
+        _convert(src, item_tp, item_meta, item, indent + 2)
+        emit(indent + 2, f"{out}.append({item})")
+        emit(indent + 1, f"{var} = tuple({out})")
         return
     if origin is Literal:
         allowed = src.name(frozenset(get_args(tp)), "allowed")
@@ -148,9 +155,12 @@ def _convert(src: _Source, tp: Any, meta: Mapping[str, Any], var: str, indent: i
     if tp is Interval:
         emit(indent, f"if type({var}) is not str:")
         emit(indent + 1, "return FAIL")
-        emit(indent, f"{var} = _interval({var})")
-        emit(indent, f"if {var} is FAIL:")
-        emit(indent + 1, "return FAIL")
+        emit(indent, f"{var}_m = _interval_known({var})")  # the memo's hit: no call into _interval
+        emit(indent, f"if {var}_m is None:")
+        emit(indent + 1, f"{var}_m = _interval({var})")
+        emit(indent + 1, f"if {var}_m is FAIL:")
+        emit(indent + 2, "return FAIL")
+        emit(indent, f"{var} = {var}_m")
         return
     if tp is str:
         cond = f"type({var}) is not str" if meta.get("allow_empty") else f"type({var}) is not str or not {var}"
@@ -180,7 +190,6 @@ def _convert(src: _Source, tp: Any, meta: Mapping[str, Any], var: str, indent: i
         emit(indent + 1, "return FAIL")
         return
     if tp is Any:
-        emit(indent, "pass")
         return
     if is_record(tp):
         nested = src.name(compile_decoder(tp), "dec")
@@ -289,9 +298,15 @@ def _emit_record(src: _Source, cls: type, obj: str, indent: int) -> None:
     emit = src.emit
     prepare = getattr(cls, "_from_wire", None)
     if prepare is not None:
-        emit(indent, f"{obj} = {src.name(prepare, 'prepare')}({obj})")
-        emit(indent, f"if type({obj}) is not dict:")
-        emit(indent + 1, "return FAIL")
+        # ``_wire_complete_with``: a key whose presence makes ``_from_wire`` return its argument unchanged
+        complete = getattr(cls, "_wire_complete_with", None)
+        inner = indent
+        if complete is not None:
+            emit(indent, f"if {complete!r} not in {obj}:")
+            inner += 1
+        emit(inner, f"{obj} = {src.name(prepare, 'prepare')}({obj})")
+        emit(inner, f"if type({obj}) is not dict:")
+        emit(inner + 1, "return FAIL")
     missing = src.name(object(), "missing")
     args: dict[str, str] = {}  # attribute -> variable
     for i, (f, tp) in enumerate(_fields(cls)):
@@ -303,22 +318,35 @@ def _emit_record(src: _Source, cls: type, obj: str, indent: int) -> None:
         var = f"a{i}"
         args[f.name] = var
         defaulted = not required and f.default_factory is dataclasses.MISSING
+        # the conversion of a value present, generated apart to learn whether it has any code at all
+        check = _Source()
+        check.env, check._n = src.env, src._n
         if optional and not (defaulted and f.default is None):
             # absent and null differ: absent takes the default (or is missing), null stays None
             emit(indent, f"{var} = {obj}.get({wire_name!r}, {missing})")
             emit(indent, f"if {var} is {missing}:")
+            _convert(check, tp, f.metadata, var, indent + 1)
         else:
             # absent and null are the same: the default (None for an optional), or missing
             emit(indent, f"{var} = {obj}.get({wire_name!r})")
+            _convert(check, tp, f.metadata, var, indent + 1, present=True)
+            if defaulted and optional and f.default is None:
+                src._n = check._n
+                if check.lines:  # absent and null stay None; a value is checked
+                    emit(indent, f"if {var} is not None:")
+                    src.lines.extend(check.lines)
+                continue  # without lines: absent, null or any value, taken as it is
             emit(indent, f"if {var} is None:")
+        src._n = check._n
         if not defaulted:
             emit(indent + 1, "return FAIL")  # "is required", or cls() raising TypeError: the reflective codec says
         elif not (optional and f.default is None):
             emit(indent + 1, f"{var} = {src.name(f.default, 'default')}")
         else:
             emit(indent + 1, "pass")
-        emit(indent, "else:")
-        _convert(src, tp, f.metadata, var, indent + 1)
+        if check.lines:
+            emit(indent, "else:")
+            src.lines.extend(check.lines)
     if _builds_directly(cls):
         _emit_build(src, cls, "r", {**args, **{f.name: src.name(f.default, "default") for f in dataclasses.fields(cls)
                                               if not f.init}}, indent)

@@ -92,12 +92,17 @@ def all_facts(timelines: Timelines, data_sources: Collection[str] | None = None)
     for ds in timelines.data_sources():
         if data_sources is not None and ds not in data_sources:
             continue
-        tl = timelines._by_source[ds]
-        for sid in sorted(set(tl._used) | set(tl._servers), key=_order):  # a key: dataclass __lt__ is slow
+        for sid in known_segments(timelines, ds):
             facts = facts_of(timelines, sid)
             if facts is not None:
                 out[sid] = facts
     return out
+
+
+def known_segments(timelines: Timelines, data_source: str) -> list[SegmentId]:
+    """The segments of ``data_source`` that have facts (used or announced), in segment id order."""
+    tl = timelines._by_source[data_source]
+    return sorted(set(tl._used) | set(tl._servers), key=_order)  # a key: dataclass __lt__ is slow
 
 
 def _order(sid: SegmentId) -> tuple[int, int, str, int]:

@@ -253,6 +253,12 @@ class AgentStateStore:
         value = self._db.get(DATA_PREFIX + key)
         return None if value is None else bytes(value)
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """:meth:`get` of every key, in order, in one multi-get."""
+        if not keys:
+            return []
+        return [None if v is None else bytes(v) for v in self._db.get([DATA_PREFIX + k for k in keys])]
+
     def scan(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
         """Every data entry under ``prefix`` (prefix stripped of ``data/`` only), in key order."""
         return [(k[len(DATA_PREFIX):], v) for k, v in self.scan_raw(DATA_PREFIX + prefix)]

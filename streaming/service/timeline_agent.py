@@ -50,8 +50,7 @@ from collections.abc import Callable, Sequence
 
 import orjson
 
-from coordinator.locks.seal import use_refusal
-from coordinator.timeline.facts import all_facts, known_ids
+from coordinator.timeline.facts import all_facts, known_ids, known_segments
 from coordinator.timeline.snapshot import PartitionSnapshot, encode_snapshot, restore_partition, take_snapshot
 from coordinator.timeline.timelines import Timelines
 from events.envelope import Envelope
@@ -143,7 +142,7 @@ class TimelineAgent:
             env = admit(rec, SEGMENTS, self._next, batch, c, self._dead_letter)
             if env is None or seen_in(env, batch, prior, c):
                 continue
-            refused = use_refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
+            refused = rec.refusal(env, self.publish_key)  # only the lockbox's publishes (docs/security.md)
             if refused is not None:
                 self._dead_letter(rec, refused)
                 continue
@@ -158,7 +157,8 @@ class TimelineAgent:
             c.applied += 1
             for sid in learned:
                 batch.put(ID_PREFIX + str(sid).encode(), id_key(sid))
-            touched.update(dict.fromkeys(sids))
+            for sid in sids:
+                touched[sid] = None
             self._note_partition(batch, rec.partition, env.event_id, sids, learned)
             for i, change in enumerate(changes):
                 sid = change.segment_id
@@ -186,10 +186,13 @@ class TimelineAgent:
     def _note_partition(self, batch: StoreBatch, partition: int, event_id: str, sids: list[SegmentId],
                         learned: list[SegmentId]) -> None:
         """Remember the partition of the event's data sources, its id among the partition's recent ones."""
-        for ds in {sid.data_source for sid in sids} | {sid.data_source for sid in learned}:
-            if self.partition_of.get(ds) != partition:
-                self.partition_of[ds] = partition
-                batch.put(PART_PREFIX + ds.encode(), str(partition).encode())
+        partition_of = self.partition_of
+        for group in (sids, learned):  # most events name one data source, already noted: no sets built
+            for sid in group:
+                ds = sid.data_source
+                if partition_of.get(ds) != partition:
+                    partition_of[ds] = partition
+                    batch.put(PART_PREFIX + ds.encode(), str(partition).encode())
         if self.snapshot_policy is None:
             return
         recent = self._recent.get(partition)
@@ -206,6 +209,28 @@ class TimelineAgent:
                              self._next.get((self.input_topic, partition), 0),
                              tuple(self._recent.get(partition, ())), self.writer)
 
+    def _snapshot_from_store(self, partition: int) -> tuple[PartitionSnapshot, bytes]:
+        """:meth:`snapshot` without its facts, and the facts' JSON array spliced from the committed ``seg/``
+        entries (each is ``facts.to_bytes()`` of the fold's facts after the last commit, the same bytes
+        ``encode_snapshot`` would make), in :func:`all_facts` order: one multi-get instead of building and
+        encoding every fact of the partition at each snapshot (py-spy of ``bench.service``: 8% of the agent at
+        20k segments, growing with the partition). A segment the store lacks is encoded from the fold."""
+        sources = {ds for ds, p in self.partition_of.items() if p == partition}
+        sids = [sid for ds in self.timelines.data_sources() if ds in sources
+                for sid in known_segments(self.timelines, ds)]
+        parts = []
+        for sid, raw in zip(sids, self.store.get_many([SEG_PREFIX + id_key(sid) for sid in sids]), strict=True):
+            if raw is None:
+                facts = facts_of(self.timelines, sid)
+                if facts is None:
+                    continue
+                raw = facts.to_bytes()
+            parts.append(raw)
+        snap = PartitionSnapshot(SEGMENTS, partition, self._next.get((self.input_topic, partition), 0), (),
+                                 tuple(known_ids(self.timelines, sources)), tuple(self._recent.get(partition, ())),
+                                 self.writer)
+        return snap, b"[" + b",".join(parts) + b"]"
+
     def write_snapshots(self, force: bool = False) -> int:
         """Send (and flush) the snapshot of every partition due (every one applied to, with ``force``); call it
         after a commit, so each covers only outputs already acknowledged. Returns the number written."""
@@ -217,8 +242,8 @@ class TimelineAgent:
             force or n >= policy.every_records or (now - self._last_snapshot.get(p, now)) * 1000 >= policy.every_ms)]
         written = 0
         for p in due:
-            snap = self.snapshot(p)
-            data = encode_snapshot(snap)
+            snap, facts_json = self._snapshot_from_store(p)
+            data = encode_snapshot(snap, facts_json)
             self._since[p], self._last_snapshot[p] = 0, now
             if len(data) > MAX_SNAPSHOT_BYTES:
                 log.warning("timeline snapshot of partition %d not written: %d bytes (limit %d); a worker gaining "
@@ -278,18 +303,20 @@ class TimelineAgent:
 
     def _stage_facts(self, batch: StoreBatch, touched: dict[SegmentId, None],
                      states: dict[SegmentId, SegmentState]) -> None:
+        keys: dict[SegmentId, bytes] = {}  # every sid of states is touched too: each key encoded once
         for sid in touched:
-            key = id_key(sid)
+            key = keys[sid] = id_key(sid)
             facts = facts_of(self.timelines, sid)
             if facts is None:
                 batch.delete(SEG_PREFIX + key)
             else:
                 batch.put(SEG_PREFIX + key, facts.to_bytes())
         for sid, state in states.items():
+            key = keys.get(sid) or id_key(sid)
             if state == "absent":
-                batch.delete(STATE_PREFIX + id_key(sid))
+                batch.delete(STATE_PREFIX + key)
             else:
-                batch.put(STATE_PREFIX + id_key(sid), state.encode())
+                batch.put(STATE_PREFIX + key, state.encode())
 
     def _dead_letter(self, rec: InputRecord, reason: str) -> None:
         """As :class:`~streaming.consumer.EventConsumer` does: original bytes, position, reason; id from position."""

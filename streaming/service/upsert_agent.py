@@ -65,7 +65,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from coordinator.locks.seal import seal_event, use_refusal
+from coordinator.locks.seal import seal_event
 from coordinator.upserts import Strategy, UpsertState, cleanup_due, consolidation_due
 from coordinator.upserts.state import Entry, Held
 from coordinator.upserts.table import canonical_key
@@ -142,6 +142,7 @@ class UpsertAgent:
         self.topics = topics
         self.sink = sink
         self.input_topics = (topics.name(CLUSTER), topics.name(SEGMENTS), topics.name(TIMELINE))
+        self._logicals = {topics.name(logical): logical for logical in (CLUSTER, SEGMENTS, TIMELINE)}
         self.strategy_topic = topics.name(UPSERT_STRATEGY)
         self.counters = AgentCounters()
         self.state, meta = load_state(store)
@@ -180,7 +181,7 @@ class UpsertAgent:
             env = admit(rec, logical, self._next, batch, c, self._bad)
             if env is None or seen_in(env, batch, prior, c):
                 continue
-            refused = use_refusal(env, self.publish_key)  # only sealed publishes and marks (docs/security.md)
+            refused = rec.refusal(env, self.publish_key)  # only sealed publishes and marks (docs/security.md)
             if refused is not None:
                 self._bad(rec, refused)
                 continue
@@ -230,10 +231,7 @@ class UpsertAgent:
         return len(decided)
 
     def _logical(self, topic: str) -> str:
-        for logical in (CLUSTER, SEGMENTS, TIMELINE):
-            if self.topics.name(logical) == topic:
-                return logical
-        return topic
+        return self._logicals.get(topic, topic)
 
     # -- decisions --------------------------------------------------------------------------------
     def _decide(self, now: int) -> list[Event]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.timeline.snapshot import decode_snapshot
+from coordinator.timeline.snapshot import decode_snapshot, encode_snapshot
 from events import Envelope, Topics, encode
 from events.registry import Event
 from events.topics import SEGMENTS, SNAPSHOTS, TIMELINE
@@ -148,3 +148,22 @@ def test_the_policy_from_the_environment_names_the_variable() -> None:
         SnapshotPolicy.from_env({"SEGCOORD_TIMELINE_SNAPSHOT_IDS": "many"})
     with pytest.raises(ValueError, match="SEGCOORD_TIMELINE_SNAPSHOT_EVERY"):
         SnapshotPolicy.from_env({"SEGCOORD_TIMELINE_SNAPSHOT_EVERY": "-3"})
+
+
+def test_a_snapshot_is_the_encoding_of_the_fold_s_own_facts(tmp_path: Path) -> None:
+    """The agent splices a snapshot's facts from its committed store entries: the bytes must be those of encoding
+    the fold's facts (what a worker gaining the partition restores), before and after a restart."""
+    log = log_of(1200)
+    checked = 0
+    for part in (log[:600], log[600:]):  # the second half after a restart from the store
+        with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
+            sink = Sink()
+            agent = TimelineAgent(store, TOPICS, sink)
+            agent.enable_snapshots(SnapshotPolicy(every_records=50, every_ms=10**9), sink, "w")
+            for i in range(0, len(part), 37):
+                sink.snapshots.clear()
+                agent.process(part[i:i + 37])
+                for key, value in sink.snapshots.items():
+                    assert value == encode_snapshot(agent.snapshot(int(key.split(b"/")[1])))
+                    checked += 1
+    assert checked >= 10
