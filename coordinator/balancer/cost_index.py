@@ -108,6 +108,7 @@ class _RankedKeys:
 
 
 CHECKPOINT_EVERY = 1024  # points of a group between two rows of a _DecayedSums table (the longest tail a query sums)
+TABLE_ENTRIES = 1 << 22  # rows x lanes of one table at most (32 MB): past that, rows come every more points
 
 
 class _DecayedSums:
@@ -124,7 +125,7 @@ class _DecayedSums:
     def __init__(self, groups: I64, lanes: I64, ys: I64, weights: F64, k: float, order: I64,
                  n_groups: int, n_lanes: int) -> None:
         """``order`` sorts the points by (group, y); groups in [0, n_groups), lanes in [0, n_lanes)."""
-        every = self.every = CHECKPOINT_EVERY
+        every = self.every = max(CHECKPOINT_EVERY, -(-len(ys) * n_lanes // TABLE_ENTRIES))
         self.k, self.n_lanes = k, n_lanes
         g = groups[order]
         self.lanes, self.ys = lanes[order], ys[order]

@@ -145,10 +145,13 @@ def test_the_decayed_sums_match_their_definition(monkeypatch: pytest.MonkeyPatch
                 assert got[lane] == pytest.approx(ref, rel=1e-13, abs=1e-300), (g, lane, q)
 
 
-@pytest.mark.parametrize("every", [1, 3, 64])
-def test_agrees_with_brute_force_with_short_table_rows(monkeypatch: pytest.MonkeyPatch, every: int) -> None:
-    """The decayed sums' table rows come every few points, so the row + tail path is taken at these sizes."""
+@pytest.mark.parametrize(("every", "entries"), [(1, 1 << 22), (3, 1 << 22), (64, 1 << 22), (1, 500)])
+def test_agrees_with_brute_force_with_short_table_rows(monkeypatch: pytest.MonkeyPatch, every: int,
+                                                       entries: int) -> None:
+    """The decayed sums' table rows come every few points, so the row + tail path is taken at these sizes (and,
+    with a table capped at 500 entries, rows come every 6000 x 4 / 500 = 48 points instead of every one)."""
     monkeypatch.setattr(cost_index, "CHECKPOINT_EVERY", every)
+    monkeypatch.setattr(cost_index, "TABLE_ENTRIES", entries)
     segments = _mixed(3000, seed=33)
     owners = np.random.default_rng(34).integers(0, 4, len(segments)).tolist()
     placement = {f"s{k}": [s for s, o in zip(segments, owners, strict=True) if o == k] for k in range(4)}
