@@ -15,7 +15,8 @@
   those 300 caches' build time).
 
 Run: ``.venv/bin/python -m bench.cost`` (``--quick`` stops at N = 1e5 and 30 servers;
-``--only choose|queries|updates`` runs one section, ``--sizes N,N`` sets the query sizes).
+``--only choose|queries|updates`` runs one section, ``--sizes N,N`` sets the query sizes, ``--no-caches``
+skips the 300 per-server caches of the choosing section, the slowest part to build).
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ def _per_call(fn: Callable[..., object], calls: int) -> float:
     for _ in range(calls):
         fn()
     return (time.perf_counter() - t0) / calls
+
+
+def _cpu_per_call(fn: Callable[..., object], calls: int) -> float:
+    """CPU seconds a call (the process's, so other load on the machine does not count)."""
+    t0 = time.process_time()
+    for _ in range(calls):
+        fn()
+    return (time.process_time() - t0) / calls
 
 
 def _segments(layout: str, n: int, rng: np.random.Generator, sources: int = 10,
@@ -133,11 +142,15 @@ def choose_server(servers: int, total: int, per_server_caches: bool = True) -> N
 
     slow = _per_call(lambda: [int(np.argmin(brute_costs(p))) for p in probes[:5]], 1) / 5
     fast = _per_call(lambda: [index.cheapest(p) for p in probes], 1) / len(probes)
+    slow_cpu = _cpu_per_call(lambda: [int(np.argmin(brute_costs(p))) for p in probes[:5]], 1) / 5
+    fast_cpu = _cpu_per_call(lambda: [index.cheapest(p) for p in probes], 5) / len(probes)
     agree = all(index.cheapest(p) == names[int(np.argmin(brute_costs(p)))] for p in probes[:5])
     worst = max(float(np.max(np.abs(index.costs_of(p) - brute_costs(p)) / brute_costs(p))) for p in probes[:5])
     print(f"  brute {slow * 1e3:8.1f} ms/segment   index {fast * 1e3:7.3f} ms/segment   ratio {slow / fast:7.0f}x   "
           f"same choice: {agree}   max rel diff {worst:.1e}   (index built in bulk in {index_build:5.1f} s, "
           f"{index_cpu:5.1f} s of CPU)")
+    print(f"  CPU time: brute {slow_cpu * 1e3:8.1f} ms/segment   index {fast_cpu * 1e3:7.3f} ms/segment   "
+          f"ratio {slow_cpu / fast_cpu:7.0f}x")
     if not per_server_caches:
         return
     t0, c0 = time.perf_counter(), time.process_time()
@@ -168,7 +181,8 @@ def main() -> None:
     if only in (None, "updates"):
         updates(100_000 if quick else 1_000_000)
     if only in (None, "choose"):
-        choose_server(30, 300_000) if quick else choose_server(300, 3_000_000)
+        caches = "--no-caches" not in sys.argv
+        choose_server(30, 300_000, caches) if quick else choose_server(300, 3_000_000, caches)
 
 
 if __name__ == "__main__":

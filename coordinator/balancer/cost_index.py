@@ -14,15 +14,15 @@ relative.
 - *right* (y0 >= t): λ² I = f(a) · f(b) · exp(-λ(y0 - t)),
 - *overlapping* (the rest): the closed form of :func:`~coordinator.balancer.cost.costs`,
 
-with a, b the lengths of X and Y and f(u) = 1 - exp(-u). Per *lane* (a server,
-or a (data source, server) pair for the same-source factor) the left segments,
-sorted by y1, carry a decayed running sum ``S_i = Σ_{j<=i} f(b_j) exp(-λ(y1_i - y1_j))``,
-so the left sum at s is ``S_i · exp(-λ(s - y1_i))`` for the last y1_i <= s (a
-binary search); the right sums mirror it on -y0. Both are sums of non-negative
+with a, b the lengths of X and Y and f(u) = 1 - exp(-u). For each *group* (every
+segment, or one data source's, for the same-source factor) the left segments, sorted
+by y1, carry per server a decayed running sum ``Σ_{y1_j <= q} f(b_j) exp(-λ(q - y1_j))``,
+kept as a table row (all servers at once) every ``CHECKPOINT_EVERY`` segments of the
+group: the left sum at s is the row below s decayed to s plus the few segments after
+it, found by one binary search and summed per server by one ``bincount`` over a
+contiguous slice; the right sums mirror it on -y0. Both are sums of non-negative
 terms (no difference of prefix sums, so nothing cancels; no exponent is positive,
-so nothing overflows): the running sums come from a blocked doubling scan over the
-sorted lanes. The binary searches of many lanes are one ``searchsorted`` on keys
-``lane * (U + 1) + rank(y)``. Overlapping segments are found by
+so nothing overflows). Overlapping segments are found by
 length class (lengths in [2^(c-1), 2^c) ms start in (s - 2^c, t)), a binary
 search per class, and costed exactly; the segment itself is masked out, so a
 holder and a candidate are scored alike (Druid's rule).
@@ -107,70 +107,80 @@ class _RankedKeys:
         return np.searchsorted(self.keys, lanes * self.stride + rank, "right")
 
 
-SCAN_BLOCK = 64
-
-
-def _decayed_scan(lanes: I64, ys: I64, w: F64, k: float) -> F64:
-    """S_i = Σ_{j <= i, same lane} w_j exp(-k (y_i - y_j)) for (lane, y)-sorted points.
-
-    Blocks of ``SCAN_BLOCK`` points are scanned by doubling (``S_i += S_{i-d} exp(-k (y_i - y_{i-d}))``,
-    d = 1, 2, 4, ...), all blocks at once as the rows of a matrix; the blocks' last sums are then
-    scanned the same way (recursively) and carried into the next block. Only non-negative terms
-    times factors in (0, 1] are ever added: nothing overflows or cancels.
-    """
-    n = len(ys)
-    if n == 0:
-        return np.zeros(0)
-    change = np.r_[True, lanes[1:] != lanes[:-1]]
-    since = np.arange(n) - np.flatnonzero(change)[np.cumsum(change) - 1]  # the position within the lane
-    rows = -(-n // SCAN_BLOCK)
-    pad = rows * SCAN_BLOCK - n
-    s2 = np.r_[w, np.zeros(pad)].reshape(rows, SCAN_BLOCK)
-    y2 = np.r_[ys, np.full(pad, ys[-1])].reshape(rows, SCAN_BLOCK)
-    since2 = np.r_[since, np.zeros(pad, np.int64)].reshape(rows, SCAN_BLOCK)
-    d = 1
-    while d < SCAN_BLOCK:
-        ok = since2[:, d:] >= d
-        gap = np.where(ok, y2[:, d:] - y2[:, :-d], 0).astype(np.float64)
-        s2[:, d:] += np.where(ok, s2[:, :-d] * np.exp(-k * gap), 0.0)
-        d *= 2
-    sums: F64 = s2.reshape(-1)[:n]
-    if rows == 1:
-        return sums
-    lasts = np.minimum(np.arange(1, rows + 1) * SCAN_BLOCK, n) - 1
-    carried = _decayed_scan(lanes[lasts], ys[lasts], sums[lasts].copy(), k)  # the full sum at each block's end
-    block = np.arange(n) // SCAN_BLOCK
-    prev = np.where(block > 0, lasts[np.maximum(block - 1, 0)], 0)
-    joined = (block > 0) & (lanes[prev] == lanes)  # the lane runs on from the previous block
-    gap = np.where(joined, ys - ys[prev], 0).astype(np.float64)
-    return np.asarray(sums + np.where(joined, carried[np.maximum(block - 1, 0)] * np.exp(-k * gap), 0.0),
-                      dtype=np.float64)
+CHECKPOINT_EVERY = 1024  # points of a group between two rows of a _DecayedSums table (the longest tail a query sums)
+TABLE_ENTRIES = 1 << 22  # rows x lanes of one table at most (32 MB): past that, rows come every more points
 
 
 class _DecayedSums:
-    """Per lane, points y with weights w: answers Σ_{y_j <= q} w_j exp(-k (q - y_j)) for many lanes at once.
+    """Points (group, lane, y, weight): Σ_{y_j <= q} w_j exp(-k (q - y_j)) for every lane of one group at once.
 
-    The running sums ``S_i`` come from :func:`_decayed_scan`; a query is ``S_i exp(-k (q - y_i))`` at the
-    last y_i <= q of the lane.
+    The points are sorted by (group, y). Every ``CHECKPOINT_EVERY`` points of a group a table row holds each
+    lane's sum over the group's points so far, decayed to the row's last y. A query is one binary search in
+    the group's ys, the row below it decayed to q (one ``exp`` for all lanes), plus the at most
+    ``CHECKPOINT_EVERY`` points between that row and q, summed per lane with one ``bincount``: contiguous
+    slices, no search per lane. Every term is a non-negative weight times a factor in (0, 1]: nothing
+    cancels, nothing overflows.
     """
 
-    def __init__(self, lanes: I64, ys: I64, weights: F64, k: float, ranking: _Ranking) -> None:
-        """Two stacked copies of a column ``ys`` (ranked by ``ranking``), with their ``lanes`` and weights."""
-        order = ranking.by_lane(lanes, copies=2)
+    def __init__(self, groups: I64, lanes: I64, ys: I64, weights: F64, k: float, order: I64,
+                 n_groups: int, n_lanes: int) -> None:
+        """``order`` sorts the points by (group, y); groups in [0, n_groups), lanes in [0, n_lanes)."""
+        every = self.every = max(CHECKPOINT_EVERY, -(-len(ys) * n_lanes // TABLE_ENTRIES))
+        self.k, self.n_lanes = k, n_lanes
+        g = groups[order]
         self.lanes, self.ys = lanes[order], ys[order]
-        self.k = k
-        self.sums = _decayed_scan(self.lanes, self.ys, np.asarray(weights[order], dtype=np.float64), k)
-        self.search = _RankedKeys(self.lanes, np.r_[ranking.rank, ranking.rank][order], ranking.values)
+        self.weights = np.asarray(weights[order], dtype=np.float64)
+        self.bounds = np.searchsorted(g, np.arange(n_groups + 1, dtype=np.int64))  # group i: [bounds[i], bounds[i+1])
+        counts = np.diff(self.bounds) // every  # each group's table rows
+        self.first_row = np.r_[0, np.cumsum(counts)]
+        rows = int(self.first_row[-1])
+        self.table = np.zeros((rows, n_lanes))
+        self.row_y = np.zeros(rows, np.int64)  # the y each row is decayed to: its block's last point
+        if not rows:
+            return
+        # the points inside full blocks, with their row
+        pos = np.arange(len(g), dtype=np.int64) - self.bounds[g]
+        block = pos // every
+        inside = block < counts[g]
+        row_of = (self.first_row[g] + block)[inside]
+        last = np.empty(rows, np.int64)
+        for i in np.flatnonzero(counts).tolist():
+            start, n_rows = int(self.bounds[i]), int(counts[i])
+            last[self.first_row[i]:self.first_row[i] + n_rows] = start + every * np.arange(1, n_rows + 1) - 1
+        self.row_y = self.ys[last]
+        y_in, w_in, lane_in = self.ys[inside], self.weights[inside], self.lanes[inside]
+        decayed = w_in * np.exp(-k * (self.row_y[row_of] - y_in).astype(np.float64))
+        blocks = np.bincount(row_of * n_lanes + lane_in, weights=decayed, minlength=rows * n_lanes)
+        blocks = blocks.reshape(rows, n_lanes)
+        # carry each group's rows forward: row r = row r-1 decayed to row r's y, plus its block
+        continues = np.ones(rows, dtype=bool)
+        continues[self.first_row[:-1][counts > 0]] = False
+        factor = np.exp(-k * np.where(continues, self.row_y - np.r_[self.row_y[:1], self.row_y[:-1]], 0)
+                        .astype(np.float64))
+        table = self.table
+        previous = np.zeros(n_lanes)
+        for r in range(rows):
+            previous = previous * factor[r] + blocks[r] if continues[r] else blocks[r]
+            table[r] = previous
 
-    def at(self, lanes: I64, q: int) -> F64:
-        """Σ_{y_j <= q} w_j exp(-k (q - y_j)) over each lane ``lanes[i]``."""
-        if len(self.ys) == 0:
-            return np.zeros(len(lanes))
-        idx = self.search.count_at_most(lanes, q) - 1
-        safe = np.maximum(idx, 0)
-        found = (idx >= 0) & (self.lanes[safe] == lanes)
-        gap = np.where(found, q - self.ys[safe], 0).astype(np.float64)  # >= 0; int64 holds it: bounds are ±2^62
-        return np.where(found, self.sums[safe] * np.exp(-self.k * gap), 0.0)
+    def at(self, group: int, q: int) -> F64:
+        """Σ_{y_j <= q} w_j exp(-k (q - y_j)) over the group's points, per lane (an array of ``n_lanes``)."""
+        if group < 0 or group + 1 >= len(self.bounds):
+            return np.zeros(self.n_lanes)
+        lo, hi = int(self.bounds[group]), int(self.bounds[group + 1])
+        i = lo + int(np.searchsorted(self.ys[lo:hi], q, "right"))  # points [lo, i) have y <= q
+        row = (i - lo) // self.every
+        if row:
+            r = int(self.first_row[group]) + row - 1
+            start = lo + row * self.every
+            base = self.table[r] * math.exp(-self.k * (q - int(self.row_y[r])))
+        else:
+            start, base = lo, None
+        if i > start:
+            tail = self.weights[start:i] * np.exp(-self.k * (q - self.ys[start:i]).astype(np.float64))
+            sums = np.asarray(np.bincount(self.lanes[start:i], weights=tail, minlength=self.n_lanes), np.float64)
+            return sums if base is None else np.asarray(base + sums, dtype=np.float64)
+        return np.zeros(self.n_lanes) if base is None else np.asarray(base, dtype=np.float64)
 
 
 class ClusterCostIndex:
@@ -203,12 +213,16 @@ class ClusterCostIndex:
         k = lam / MILLIS_PER_HOUR
         weights = -np.expm1(-k * (self.ends - self.starts).astype(np.float64))
         m = len(self.servers)
-        all_lanes, same_lanes = self.server_of, m + self.source_of * m + self.server_of
-        lanes = np.r_[all_lanes, same_lanes]
+        # group 0: every row, lane = its server; group 1 + d: data source d's rows, lane = their server
+        groups = np.r_[np.zeros(n, np.int64), 1 + self.source_of]
+        lanes = np.r_[self.server_of, self.server_of]
+        n_groups = 1 + len(self.sources)
         by_start, by_end = _Ranking(self.starts), _Ranking(self.ends)
-        self._left = _DecayedSums(lanes, np.r_[self.ends, self.ends], np.r_[weights, weights], k, by_end)
-        self._right = _DecayedSums(lanes, -np.r_[self.starts, self.starts], np.r_[weights, weights], k,
-                                   by_start.negated())
+        twice = np.r_[weights, weights]
+        self._left = _DecayedSums(groups, lanes, np.r_[self.ends, self.ends], twice, k,
+                                  by_end.by_lane(groups, copies=2), n_groups, m)
+        self._right = _DecayedSums(groups, lanes, -np.r_[self.starts, self.starts], twice, k,
+                                   by_start.negated().by_lane(groups, copies=2), n_groups, m)
         # b < 2^c for c the binary exponent of float(b) (rounding is monotone): Y overlaps [s, t) only if y0 > s - 2^c
         length_class = np.frexp((self.ends - self.starts).astype(np.float64))[1].astype(np.int64)
         self._by_class = by_start.by_lane(length_class)
@@ -262,13 +276,9 @@ class ClusterCostIndex:
         k = lam / MILLIS_PER_HOUR
         factor = self.model.same_source_factor
         source = self._source_at.get(segment.data_source, -1)
-        servers = np.arange(m, dtype=np.int64)
-        lanes = servers if source < 0 else np.r_[servers, m + source * m + servers]
-        left = self._left.at(lanes, s)
-        right = self._right.at(lanes, -t)
-        far = left + right
+        far = self._left.at(0, s) + self._right.at(0, -t)
         if source >= 0:
-            far = far[:m] + (factor - 1.0) * far[m:]
+            far = far + (factor - 1.0) * (self._left.at(1 + source, s) + self._right.at(1 + source, -t))
         total = (-math.expm1(-k * (t - s)) / (lam * lam)) * far
         rows = self._overlapping(s, t)
         if len(rows):

@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coordinator.balancer import cost_index
 from coordinator.balancer.cost import CostModel
 from coordinator.balancer.cost_cache import ServerCostCache
-from coordinator.balancer.cost_index import ClusterCostIndex, _decayed_scan
+from coordinator.balancer.cost_index import ClusterCostIndex, _DecayedSums, _Ranking
 from coordinator.balancer.server_costs import ServerSegments
 from events import ETERNITY, Interval, SegmentDescriptor
 from events.segment import SegmentId
@@ -122,21 +123,43 @@ def test_cheapest_agrees_with_the_per_server_caches() -> None:
     assert index.cheapest(segments[0], []) is None
 
 
-def test_the_decayed_scan_matches_its_definition() -> None:
-    """Over 64² points, so the blocks' carries are themselves scanned in blocks (two levels)."""
-    n = 6000
+@pytest.mark.parametrize("every", [1, 7, 1024])
+def test_the_decayed_sums_match_their_definition(monkeypatch: pytest.MonkeyPatch, every: int) -> None:
+    """Per group and lane, at any q (below, between and above the points, on a point): the table rows (every
+    ``every`` points of a group), decayed, plus the tail after the last row, equal the sum over the points."""
+    monkeypatch.setattr(cost_index, "CHECKPOINT_EVERY", every)
+    n, n_groups, n_lanes = 3000, 4, 5
     rng = np.random.default_rng(71)
-    lanes = np.sort(rng.integers(0, 3, n)).astype(np.int64)
-    ys = np.zeros(n, np.int64)
-    for lane in range(3):
-        at = lanes == lane
-        ys[at] = np.sort(rng.integers(-10**10, 10**10, int(at.sum())))
+    groups = rng.integers(0, n_groups - 1, n).astype(np.int64)  # the last group stays empty
+    lanes = rng.integers(0, n_lanes, n).astype(np.int64)
+    ys = rng.integers(-10**10, 10**10, n).astype(np.int64)
+    ys[::5] = ys[1::5]  # ties
     w, k = rng.random(n), 3e-9
-    got = _decayed_scan(lanes, ys, w, k)
-    for i in range(0, n, 37):
-        same = (lanes == lanes[i]) & (np.arange(n) <= i)
-        ref = float(np.sum(w[same] * np.exp(-k * (ys[i] - ys[same]).astype(np.float64))))
-        assert got[i] == pytest.approx(ref, rel=1e-13)
+    sums = _DecayedSums(groups, lanes, ys, w, k, _Ranking(ys).by_lane(groups), n_groups, n_lanes)
+    for q in [int(v) for v in rng.choice(ys, 40)] + [-10**11, 10**11, 0]:
+        for g in range(n_groups):
+            got = sums.at(g, q)
+            for lane in range(n_lanes):
+                same = (groups == g) & (lanes == lane) & (ys <= q)
+                ref = float(np.sum(w[same] * np.exp(-k * (q - ys[same]).astype(np.float64))))
+                assert got[lane] == pytest.approx(ref, rel=1e-13, abs=1e-300), (g, lane, q)
+
+
+@pytest.mark.parametrize(("every", "entries"), [(1, 1 << 22), (3, 1 << 22), (64, 1 << 22), (1, 500)])
+def test_agrees_with_brute_force_with_short_table_rows(monkeypatch: pytest.MonkeyPatch, every: int,
+                                                       entries: int) -> None:
+    """The decayed sums' table rows come every few points, so the row + tail path is taken at these sizes (and,
+    with a table capped at 500 entries, rows come every 6000 x 4 / 500 = 48 points instead of every one)."""
+    monkeypatch.setattr(cost_index, "CHECKPOINT_EVERY", every)
+    monkeypatch.setattr(cost_index, "TABLE_ENTRIES", entries)
+    segments = _mixed(3000, seed=33)
+    owners = np.random.default_rng(34).integers(0, 4, len(segments)).tolist()
+    placement = {f"s{k}": [s for s, o in zip(segments, owners, strict=True) if o == k] for k in range(4)}
+    index, brute = ClusterCostIndex.build(placement), _brute(placement)
+    for probe in [*segments[::37], SegmentDescriptor("new", ETERNITY, "v"),
+                  SegmentDescriptor("ds1", Interval(T0, T0 + 1), "v")]:
+        _agree(index, brute, probe)
+
 
 
 def test_errors_name_the_problem() -> None:
