@@ -76,6 +76,7 @@ from streaming.service.heap import FrozenHeap
 from streaming.service.lockbox_agent import LockboxAgent
 from streaming.service.outage import PatientProducer, Shutdown, until_reachable
 from streaming.service.planner_agent import PlannerAgent
+from streaming.service.shared_envelopes import SHARED as SHARED_ENVELOPES
 from streaming.service.state import AgentStateStore, AppliedWindow
 from streaming.service.timeline_agent import TimelineAgent
 from streaming.service.timeline_snapshots import SnapshotPolicy, SnapshotTail
@@ -407,6 +408,13 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         lb_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="lockbox")
         pl_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="planner")
         up_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="upsert")
+        # a record read by more than one consumer of this process, or produced here and read back, is decoded
+        # once (streaming/service/shared_envelopes.py): segments (worker: timeline + upserts; planner feed),
+        # cluster (worker: upserts; planner feed), commands (planner feed), timeline (worker: upserts)
+        SHARED_ENVELOPES.configure({topics.name(SEGMENTS): 2, topics.name(CLUSTER): 2, topics.name(COMMANDS): 1,
+                                    topics.name(TIMELINE): 1})
+        for producer in (tl_producer, lb_producer, pl_producer, up_producer):
+            producer.on_sent = SHARED_ENVELOPES.produced
         stack.callback(up_producer.flush)
         stack.callback(sys.stdout.flush)
         stack.callback(pl_producer.flush)

@@ -12,7 +12,9 @@ read it (``segments`` has two): :meth:`InputRecord.decoded` keeps the envelope
 or the validation error on the record, and the worker hands the same record
 objects to every agent of the topic. Envelopes are immutable, so sharing one
 between agents is safe; two threads racing on a first decode both compute the
-same result.
+same result. Across the consumers of one process (the worker's and the planner
+feed's) and from a producer of the process to its readers, the envelope is shared
+through :mod:`streaming.service.shared_envelopes` (exact: keyed by the value bytes).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from events.envelope import Envelope, decode
 from events.registry import Event
 from events.schema import EventValidationError
 from streaming.consumer import dead_letter_envelope
+from streaming.service.shared_envelopes import SHARED
 from streaming.service.state import AgentStateStore, StoreBatch
 
 
@@ -46,10 +49,13 @@ class InputRecord:
         """The record's envelope, decoded on the first call only; raises EventValidationError (every call)."""
         got = self._decoded
         if got is None:
-            try:
-                got = decode(self.value)
-            except EventValidationError as e:
-                got = e
+            got = SHARED.taken(self.topic, self.value)
+            if got is None:
+                try:
+                    got = decode(self.value)
+                    SHARED.decoded(self.topic, self.value, got)
+                except EventValidationError as e:
+                    got = e
             object.__setattr__(self, "_decoded", got)
         if isinstance(got, EventValidationError):
             raise got
