@@ -66,6 +66,7 @@ from streaming.producer import EventProducer
 from tests.accepted import through_lockbox
 
 SEGCOORD = str(Path(sys.executable).parent / "segcoord")
+PY_SPY = os.environ.get("SEGCOORD_PY_SPY") or str(Path(sys.executable).parent / "py-spy")  # the profiler
 T0 = 1_795_219_200_000
 DAY = 86_400_000
 HOUR = 3_600_000
@@ -180,7 +181,7 @@ class Worker:
         # a py-spy raw profile of the worker goes there (placement: of the paced window only, see attach_profile)
         profile = os.environ.get("SEGCOORD_BENCH_PROFILE") if profile_all else None
         self.profiled = bool(profile)
-        wrap = [str(Path(sys.executable).parent / "py-spy"), "record", "-r", "50", "-f", "raw", "-o",
+        wrap = [PY_SPY, "record", "-r", "50", "-f", "raw", "-o",
                 f"{profile}.{planner}.raw", "--"] if profile else []
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -216,7 +217,7 @@ def attach_profile(worker: Worker, label: str, seconds: float) -> subprocess.Pop
     profile = os.environ.get("SEGCOORD_BENCH_PROFILE")
     if not profile:
         return None
-    return subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-r", "100", "-f", "raw",
+    return subprocess.Popen([PY_SPY, "record", "-r", "100", "-f", "raw",
                              "--threads", "-d", str(max(1, int(seconds))), "-p", str(worker.proc.pid), "-o",
                              f"{profile}.{label}.raw"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
