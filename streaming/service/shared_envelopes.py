@@ -16,8 +16,9 @@ until its last expected reader took it.
   emitted events whether an entry was found or not (determinism, crash == replay).
 - Envelopes are immutable (frozen dataclasses): sharing one between threads and agents is safe.
 - Bounded: an entry leaves when its expected readers took it (``readers`` per physical topic, set by the
-  service; a reader that never comes, such as the planner feed of a worker that does not lead, leaves it to
-  the FIFO bound), and the oldest entries leave beyond :attr:`SharedEnvelopes.capacity`.
+  service: the planner feed counts only while its worker leads; a reader that never comes, such as the
+  consumer of another worker holding the partition, leaves it to the FIFO bound), and the oldest entries
+  leave beyond :attr:`SharedEnvelopes.capacity` (4096: about 10 MB of values and envelopes at most).
 - Off unless configured: with no ``readers`` (tests, CLI tools, replay) nothing is kept and every reader
   decodes, as before.
 """
@@ -30,7 +31,7 @@ from collections.abc import Mapping
 from events.envelope import Envelope
 from events.registry import Event
 
-DEFAULT_CAPACITY = 8192
+DEFAULT_CAPACITY = 4096
 
 
 class SharedEnvelopes:
