@@ -34,13 +34,21 @@ from events.registry import Event
 DEFAULT_CAPACITY = 4096
 
 
+class _Entry:
+    __slots__ = ("envelope", "reads")
+
+    def __init__(self, envelope: Envelope[Event], reads: int) -> None:
+        self.envelope = envelope
+        self.reads = reads  # reads left before the entry leaves
+
+
 class SharedEnvelopes:
     """Value bytes -> envelope, for the records more than one reader of this process takes (module docstring)."""
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
         self.readers: dict[str, int] = {}  # physical topic -> readers of its records in this process
-        self._entries: dict[bytes, list[object]] = {}  # value -> [envelope, reads left]; insertion (FIFO) order
+        self._entries: dict[bytes, _Entry] = {}  # value -> its entry, in insertion (FIFO) order
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -62,10 +70,10 @@ class SharedEnvelopes:
                 self.misses += 1
                 return None
             self.hits += 1
-            left = entry[1] = entry[1] - 1  # type: ignore[operator]
-            if left <= 0:  # type: ignore[operator]
+            entry.reads -= 1
+            if entry.reads <= 0:
                 del self._entries[value]
-            return entry[0]  # type: ignore[return-value]
+            return entry.envelope
 
     def decoded(self, topic: str, value: bytes | bytearray | memoryview | str | None,
                 envelope: Envelope[Event]) -> None:
@@ -86,7 +94,7 @@ class SharedEnvelopes:
             entries = self._entries
             if value in entries:
                 return
-            entries[value] = [envelope, reads]
+            entries[value] = _Entry(envelope, reads)
             while len(entries) > self.capacity:
                 del entries[next(iter(entries))]
 
