@@ -55,7 +55,7 @@ from bench.broker import bench_broker
 from coordinator.locks.lockbox import Lockbox
 from coordinator.timeline.timelines import Timelines
 from events import Envelope, Event, Interval, SegmentDescriptor, Topics, decode, encode
-from events.cluster import ServerJoined
+from events.cluster import ServerHeartbeat, ServerJoined
 from events.commands import DropSegment, LoadSegment
 from events.locks import LockGranted
 from events.schema import Instant
@@ -241,7 +241,10 @@ def attach_profile(worker: Worker, label: str, seconds: float) -> subprocess.Pop
 
 
 def _py_spy() -> str:
-    """py-spy beside this interpreter, else the one on PATH."""
+    """py-spy named by SEGCOORD_PY_SPY, else the one beside this interpreter, else the one on PATH."""
+    named = os.environ.get("SEGCOORD_PY_SPY")
+    if named:
+        return named
     beside = Path(sys.executable).parent / "py-spy"
     found = str(beside) if beside.exists() else shutil.which("py-spy")
     if found is None:
@@ -382,10 +385,15 @@ def latency(bootstrap: str, topics: Topics, paced: int, rate: float) -> None:
 class Historicals:
     """Stands in for the data servers in one thread: every LoadSegment on ``commands`` is answered at once with
     a SegmentAnnounced (causation = the command's id), every DropSegment with a SegmentUnannounced; it records
-    when each LoadSegment was read, by segment id."""
+    when each LoadSegment was read, by segment id. Every ``HEARTBEAT_S`` it sends a ``server_heartbeat`` of each of
+    ``servers`` (without them the planner decides every server lost ``serverTimeoutMillis`` after the last
+    announce, unannounces 100k segments in the measured window and loads nothing more: docs/liveness.md)."""
 
-    def __init__(self, bootstrap: str, topics: Topics) -> None:
+    HEARTBEAT_S = 3.0
+
+    def __init__(self, bootstrap: str, topics: Topics, servers: list[str] | None = None) -> None:
         self.bootstrap, self.topics = bootstrap, topics
+        self.servers = list(servers or [])
         self.loads_read: dict[str, float] = {}
         self.loads_created: dict[str, float] = {}
         self.loads = 0
@@ -399,8 +407,15 @@ class Historicals:
                       "fetch.wait.max.ms": 5, "enable.auto.commit": False})
         c.assign([TopicPartition(self.topics.name(COMMANDS), 0, 0)])
         out = EventProducer(self.bootstrap, self.topics, extra={"linger.ms": 1})
+        beat_at, beats = 0.0, 0
         try:
             while not self._stop.is_set():
+                if self.servers and time.monotonic() >= beat_at:
+                    beat_at, beats = time.monotonic() + self.HEARTBEAT_S, beats + 1
+                    now = Instant(int(time.time() * 1000))
+                    for name in self.servers:
+                        out.send(Envelope(ServerHeartbeat(server=name, tier="_default_tier", max_size_bytes=10**15),
+                                          f"hb-{name}-{beats}", now, name))
                 m = c.poll(0.05)
                 if m is None or m.error() is not None:
                     continue
@@ -513,7 +528,7 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
     worker = Worker(bootstrap, topics, state_dir, work / f"placement-{planner}.log", planner, balancer,
                     profile_all=False)
     spy = None
-    hist = Historicals(bootstrap, topics)
+    hist = Historicals(bootstrap, topics, [f"h{i:03d}" for i in range(servers)])
     producer = EventProducer(bootstrap, topics, extra={"linger.ms": 0})
     try:
         def at() -> Instant:

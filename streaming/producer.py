@@ -9,7 +9,7 @@ was lost.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -31,6 +31,9 @@ class EventProducer:
         self.topics = topics
         self._errors: list[str] = []
         self.headers: list[tuple[str, bytes]] | None = None  # sent with every message when set
+        # told (physical topic, value, envelope) of every envelope sent: a reader in this process can take the
+        # envelope instead of decoding the value (streaming/service/shared_envelopes.py)
+        self.on_sent: Callable[[str, bytes, Envelope[Event]], None] | None = None
         self._unpolled = 0
         self._producer = Producer({
             **credentials.client_config(bootstrap),
@@ -47,7 +50,10 @@ class EventProducer:
 
     def send(self, envelope: Envelope[Event]) -> None:
         """Queue one envelope on its event's topic, keyed by ``envelope.key``."""
-        self.send_raw(self.topics.name(envelope.event.event_topic), envelope.key.encode(), encode(envelope))
+        topic, value = self.topics.name(envelope.event.event_topic), encode(envelope)
+        self.send_raw(topic, envelope.key.encode(), value)
+        if self.on_sent is not None:
+            self.on_sent(topic, value, envelope)
 
     def send_raw(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         """Queue raw bytes on a physical topic (dead letters, tests of malformed input).

@@ -154,6 +154,9 @@ class Projected:
         # source, removed one contribution twice)
         self._stale_sources: list[Pair] = []
         self._refreshing = False
+        # while one event is folded (PlacementState.evolve): the pairs whose facts changed, refreshed once each
+        # at its end (an announce answering a load settles it and holds the copy: one refresh, not two)
+        self._deferred: dict[Pair, None] | None = None
         self._by_server: dict[str, set[str]] = {}  # server -> ids of the commands in flight to it
         self._unknown_refs: dict[SegmentId, set[str]] = {}  # segments not known yet -> servers referring to them
         self.tier_of: dict[str, str] = {}
@@ -534,9 +537,27 @@ class Projected:
         return _Derived(tier, seg.size, loaded, item, None if best is None else best[1], move_source,
                         name in self.decommissioning)
 
+    def defer_refreshes(self) -> None:
+        """From now until :meth:`refresh_deferred`, a pair whose facts change is refreshed once, at the end.
+        Only while facts alone are changed (segments, holdings, the queue): nothing in between may read a derived
+        index, and servers may not join or leave (their indexes are made and dropped around their refreshes).
+        The indexes end the same (each is a sum over pairs of a function of the facts); a pair whose facts
+        changed and changed back touches nothing."""
+        self._deferred = {}
+
+    def refresh_deferred(self) -> None:
+        """Refresh every pair named since :meth:`defer_refreshes`, in the order first named; refreshes are
+        immediate again."""
+        pairs, self._deferred = self._deferred, None
+        for name, sid in pairs or ():
+            self._refresh(name, sid)
+
     def _refresh(self, name: str, sid: SegmentId) -> None:
         """Re-derive one pair and move its contribution in every index (O(1); O(log n) in a built cache), then
         the move sources that changed with it, one whole pair at a time, in the order they were named."""
+        if self._deferred is not None:
+            self._deferred[(name, sid)] = None
+            return
         self._refresh_pair(name, sid)
         if self._refreshing:
             return  # the outer call refreshes the sources this one named

@@ -76,6 +76,7 @@ from streaming.service.heap import FrozenHeap
 from streaming.service.lockbox_agent import LockboxAgent
 from streaming.service.outage import PatientProducer, Shutdown, until_reachable
 from streaming.service.planner_agent import PlannerAgent
+from streaming.service.shared_envelopes import SHARED as SHARED_ENVELOPES
 from streaming.service.state import AgentStateStore, AppliedWindow
 from streaming.service.timeline_agent import TimelineAgent
 from streaming.service.timeline_snapshots import SnapshotPolicy, SnapshotTail
@@ -407,6 +408,19 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         lb_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="lockbox")
         pl_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="planner")
         up_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="upsert")
+        # a record read by more than one consumer of this process, or produced here and read back, is decoded
+        # once (streaming/service/shared_envelopes.py): segments (worker: timeline + upserts; planner feed),
+        # cluster (worker: upserts; planner feed), commands (planner feed), timeline (worker: upserts); the
+        # planner feed's reads count only while this worker leads (else nothing would take its share)
+        def share_envelopes(leading: bool) -> None:
+            planner_reads = 1 if leading else 0
+            SHARED_ENVELOPES.configure({topics.name(SEGMENTS): 1 + planner_reads,
+                                        topics.name(CLUSTER): 1 + planner_reads,
+                                        topics.name(COMMANDS): planner_reads, topics.name(TIMELINE): 1})
+
+        share_envelopes(False)
+        for producer in (tl_producer, lb_producer, pl_producer, up_producer):
+            producer.on_sent = SHARED_ENVELOPES.produced
         stack.callback(up_producer.flush)
         stack.callback(sys.stdout.flush)
         stack.callback(pl_producer.flush)
@@ -458,8 +472,17 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                            latest_claim=lambda: directory.current(max_age_s=0),
                            on_batch=lambda n, s, lag: observer.batch("planner", n, s, lag))
         http_url = None if sock is None else advertised_url(*sock.getsockname()[:2], http_advertise)
-        election = Election(bootstrap, topics, me.worker_id, client_id=me.client_id, on_elected=feed.elected,
-                            on_deposed=feed.deposed, extra=kafka_log, http=http_url)
+
+        def elected(epoch: int) -> None:
+            share_envelopes(True)
+            feed.elected(epoch)
+
+        def deposed() -> None:
+            feed.deposed()
+            share_envelopes(False)
+
+        election = Election(bootstrap, topics, me.worker_id, client_id=me.client_id, on_elected=elected,
+                            on_deposed=deposed, extra=kafka_log, http=http_url)
         observer.leadership = ElectionLeadership(election, directory, ready=lambda: feed.caught_up)
         election.start()
         stack.callback(election.close)

@@ -14,6 +14,9 @@ objects to every agent of the topic. Envelopes are immutable, so sharing one
 between agents is safe; two threads racing on a first decode both compute the
 same result. So is the seal check (:meth:`InputRecord.refusal`): the timeline and the upsert agents ask it
 of the same ``segments`` records, and it is a pure function of the envelope and the key.
+Across the consumers of one process (the worker's and the planner
+feed's) and from a producer of the process to its readers, the envelope is shared
+through :mod:`streaming.service.shared_envelopes` (exact: keyed by the value bytes).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from events.envelope import Envelope, decode
 from events.registry import Event
 from events.schema import EventValidationError
 from streaming.consumer import dead_letter_envelope
+from streaming.service.shared_envelopes import SHARED
 from streaming.service.state import AgentStateStore, StoreBatch
 
 
@@ -49,10 +53,13 @@ class InputRecord:
         """The record's envelope, decoded on the first call only; raises EventValidationError (every call)."""
         got = self._decoded
         if got is None:
-            try:
-                got = decode(self.value)
-            except EventValidationError as e:
-                got = e
+            got = SHARED.taken(self.topic, self.value)
+            if got is None:
+                try:
+                    got = decode(self.value)
+                    SHARED.decoded(self.topic, self.value, got)
+                except EventValidationError as e:
+                    got = e
             object.__setattr__(self, "_decoded", got)
         if isinstance(got, EventValidationError):
             raise got

@@ -196,6 +196,8 @@ class PlannerAgent:
         self.incremental = incremental  # False: every run looks at every segment (the reference)
         self.topics = topics
         self.input_topics = (topics.name(SEGMENTS), topics.name(CLUSTER), topics.name(COMMANDS))
+        self._logical_of = {topics.name(t): t for t in (SEGMENTS, CLUSTER, COMMANDS)}
+        self._commands_topic = topics.name(COMMANDS)
         self.sink = sink
         self.load_timeout_ms = load_timeout_ms
         self.counters = AgentCounters()
@@ -238,9 +240,12 @@ class PlannerAgent:
         trigger: tuple[tuple[str, int, int], str] | None = None
         touched = Touched()
         causes: dict[SegmentId, str] = {}  # segment -> the last input of the batch that touched it
-        prior = prior_ids(records, self._next, self.store)
+        logical_of = self._logical_of
+        commands = self._commands_topic
+        # commands are never looked up as applied (the log's copy of a command is always folded)
+        prior = prior_ids([r for r in records if r.topic != commands], self._next, self.store)
         for rec in records:
-            logical = self._logical(rec.topic)
+            logical = logical_of.get(rec.topic) or self._logical(rec.topic)
             env = admit(rec, logical, self._next, batch, c, self._bad)
             if env is None:
                 continue
