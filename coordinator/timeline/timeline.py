@@ -97,8 +97,8 @@ class _Chunk:
     """Mutable bookkeeping of one (interval, version); only the Timeline touches it."""
 
     __slots__ = ("candidate", "candidate_gaps", "complete", "covered", "entries", "fully_hidden", "hidden_gaps",
-                 "higher", "ids", "interval", "key", "members", "neighbors", "neighbors_epoch", "online", "rank",
-                 "removed", "resolution", "served", "states", "structure", "version", "visible_ids")
+                 "higher", "ids", "interval", "key", "members", "neighbors", "neighbors_epoch", "online", "overwrite",
+                 "rank", "removed", "resolution", "served", "states", "structure", "version", "visible_ids")
 
     def __init__(self, interval: Interval, version: str) -> None:
         self.interval = interval
@@ -126,7 +126,9 @@ class _Chunk:
         self.neighbors: list[_Chunk] = []  # the other chunks overlapping this one, valid at neighbors_epoch
         self.higher: list[_Chunk] = []  # those of them ranked higher; both in (start, end, version) order
         self.neighbors_epoch = -1
-        self.removed = False  # dropped from the timeline (its last member left the used set)
+        self.removed = False
+        # A member with a Druid-form overwrite spec may have joined (never reset: only costs a structure rebuild).
+        self.overwrite = False  # dropped from the timeline (its last member left the used set)
         self.entries: list[LookupEntry] | None = None  # lookup entries of the whole served pieces (cache)
 
 
@@ -135,8 +137,9 @@ class _Chunk:
         members = self.members
         if members.get(partition) is not segment:
             structure = self.structure
-            if (structure is not None and structure.plain and partition not in members
-                    and _plain(partition, segment) and all(m.overwrite_spec is None for m in members.values())):
+            overwrite = segment.overwrite_spec is not None
+            if (structure is not None and structure.plain and partition not in members and not self.overwrite
+                    and not overwrite and _plain(partition, segment)):
                 # A plain segment joining a plain chunk (no declarations, no Druid-form overwrite whose list form
                 # could depend on it) keeps it plain: chunk_structure would only add it to the known ids.
                 self.structure = ChunkStructure(True, max(structure.core, segment.core_partitions), {}, {}, {}, (),
@@ -144,6 +147,8 @@ class _Chunk:
             else:
                 self.structure = None
             members[partition] = segment
+            if overwrite:
+                self.overwrite = True
             ids = self.ids
             if partition not in ids and ids and partition < next(reversed(ids)):
                 ids[partition] = sid
@@ -196,9 +201,12 @@ _PENDING_MAX = 4096
 
 
 def _plain(partition: int, segment: SegmentDescriptor) -> bool:
-    """The segment declares nothing: no overshadowed ids, no atomic update group beyond itself, no Druid overwrite."""
-    return (not segment.overshadowed_segments and segment.overwrite_spec is None
-            and all(p == partition for p in segment.atomic_update_group))
+    """The segment declares no overshadowed ids and no atomic update group beyond itself (the caller checks that
+    it has no Druid overwrite spec)."""
+    if segment.overshadowed_segments:
+        return False
+    group = segment.atomic_update_group
+    return not group or all(p == partition for p in group)
 _FLAT_AFTER = 8
 _ABSENT: list[Interval] = []  # sentinel of lookup's parts (never a chunk's list)
 
@@ -232,6 +240,17 @@ def _with(gaps: tuple[Interval, ...], chunk: _Chunk, flip: _Chunk, blockers: lis
         else:
             out.append(piece)
     return tuple(out)
+
+
+_Walked = tuple[int, int, _Chunk, Interval, int, int]  # a served piece, its chunk, where the chunk's pieces start/end
+
+
+def _walked(entry: tuple[int, int, ChunkKey, Interval], chunks: Mapping[ChunkKey, _Chunk]) -> _Walked:
+    """A served piece as lookup walks it: with its chunk and the first start and last end of the chunk's pieces."""
+    start, end, key, piece = entry
+    chunk = chunks[key]
+    served = chunk.served
+    return start, end, chunk, piece, served[0].start, served[-1].end
 
 
 def _change_order(change: StateChange) -> tuple[str, int, int, str, int]:
@@ -268,7 +287,7 @@ class Timeline:
         # A flat copy of ``_served`` (starts, entries) for lookups, made once _FLAT_AFTER lookups in a row found
         # ``_served`` unchanged (a list bisected in C instead of the sorted list's Python-level navigation); any
         # change drops it, so interleaved changes and lookups never pay for copies.
-        self._flat: tuple[list[int], list[tuple[int, int, _Chunk, Interval]]] | None = None
+        self._flat: tuple[list[int], list[_Walked]] | None = None
         self._quiet_lookups = 0
         # Members' states live in their chunks (``_Chunk.states``, by partition id: no SegmentId hashing on the hot
         # path); segments that left the used set in the current mutation wait here with their last state.
@@ -645,15 +664,14 @@ class Timeline:
             self._quiet_lookups += 1
             if self._quiet_lookups >= _FLAT_AFTER:
                 served_list = list(self._served)
-                flat = self._flat = ([e[0] for e in served_list],
-                                     [(s, e, chunks[key], piece) for s, e, key, piece in served_list])
-        walk: Iterable[tuple[int, int, _Chunk, Interval]]
+                flat = self._flat = ([e[0] for e in served_list], [_walked(entry, chunks) for entry in served_list])
+        walk: Iterable[_Walked]
         if flat is None:
             pieces = self._served
             i = pieces.bisect_left((qs,))
             if i > 0 and pieces[i - 1][1] > qs:
                 i -= 1
-            walk = [(s, e, chunks[key], piece) for s, e, key, piece in pieces.islice(i, pieces.bisect_left((qe,)))]
+            walk = [_walked(entry, chunks) for entry in pieces.islice(i, pieces.bisect_left((qe,)))]
         else:
             starts, flat_pieces = flat
             i = bisect_left(starts, qs)
@@ -665,15 +683,12 @@ class Timeline:
         # no two chunks start serving at the same instant). None: every piece of the chunk lies inside the
         # query, its cached entries are the answer.
         parts: dict[_Chunk, list[Interval] | None] = {}
-        for start, end, chunk, piece in walk:
-            ivs = parts.get(chunk, _ABSENT)
-            if ivs is None:
+        for start, end, chunk, piece, first, last in walk:
+            if qs <= first and last <= qe:  # all the chunk serves lies inside the query
+                parts.setdefault(chunk)
                 continue
-            if ivs is _ABSENT:
-                served = chunk.served
-                if served[0].start >= qs and served[-1].end <= qe:
-                    parts[chunk] = None
-                    continue
+            ivs = parts.get(chunk)
+            if ivs is None:
                 ivs = parts[chunk] = []
             sub = piece if qs <= start and end <= qe else Interval(max(start, qs), min(end, qe))
             if ivs and ivs[-1].end == sub.start:
