@@ -29,7 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 MODULES = ["chunk", "coverage", "index", "overwrite", "timeline"]
 FIGURES = {
     "churn ops/s": r"incremental: .* = ([\d,]+) ops/s",
+    "churn ops/s (CPU time)": r"incremental: .*CPU time ([\d,]+) ops/s",
     "publish+announce ops/s": r"publish\+announce of new data: ([\d,]+) ops/s",
+    "publish+announce ops/s (CPU time)": r"publish\+announce of new data: .*CPU time ([\d,]+) ops/s",
     "lookup 1-day p50 us": r"lookup  1-day: p50 ([\d,.]+) us",
     "lookup 30-day p50 us": r"lookup 30-day: p50 ([\d,.]+) us",
 }

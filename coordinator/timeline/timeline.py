@@ -52,7 +52,7 @@ chunk and its overlapping versions, never the data source.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -97,8 +97,8 @@ class _Chunk:
     """Mutable bookkeeping of one (interval, version); only the Timeline touches it."""
 
     __slots__ = ("candidate", "candidate_gaps", "complete", "covered", "entries", "fully_hidden", "hidden_gaps",
-                 "higher", "ids", "interval", "key", "members", "neighbors", "neighbors_epoch", "online", "rank",
-                 "resolution", "served", "states", "structure", "version", "visible_ids")
+                 "higher", "ids", "interval", "key", "members", "neighbors", "neighbors_epoch", "online", "overwrite",
+                 "rank", "removed", "resolution", "served", "states", "structure", "version", "visible_ids")
 
     def __init__(self, interval: Interval, version: str) -> None:
         self.interval = interval
@@ -106,14 +106,14 @@ class _Chunk:
         self.key: ChunkKey = (interval.start, interval.end, version)
         self.rank = (version, interval.start, interval.end)  # "higher" chunk order
         self.members: dict[int, SegmentDescriptor] = {}
-        self.ids: dict[int, SegmentId] = {}
+        self.ids: dict[int, SegmentId] = {}  # in partition id order (so restating a chunk lists its ids in order)
         self.online: set[int] = set()
-        self.states: dict[int, SegmentState] = {}  # each member's state as in Timeline._state (no id hashing)
+        self.states: dict[int, SegmentState] = {}  # each member's state, by partition id (the only copy)
         self.resolution = _EMPTY
         self.structure: ChunkStructure | None = None  # None: members changed since last resolve
         self.complete = False
         self.candidate = False  # has a visible segment: may serve where no complete chunk does
-        self.visible_ids: tuple[SegmentId, ...] = ()
+        self.visible_ids: tuple[SegmentId, ...] | None = ()  # None: not built since the visible set changed
         self.served: tuple[Interval, ...] = ()
         self.fully_hidden = False
         self.covered = False  # coverage computed at least once
@@ -126,6 +126,9 @@ class _Chunk:
         self.neighbors: list[_Chunk] = []  # the other chunks overlapping this one, valid at neighbors_epoch
         self.higher: list[_Chunk] = []  # those of them ranked higher; both in (start, end, version) order
         self.neighbors_epoch = -1
+        self.removed = False
+        # A member with a Druid-form overwrite spec may have joined (never reset: only costs a structure rebuild).
+        self.overwrite = False  # dropped from the timeline (its last member left the used set)
         self.entries: list[LookupEntry] | None = None  # lookup entries of the whole served pieces (cache)
 
 
@@ -134,8 +137,9 @@ class _Chunk:
         members = self.members
         if members.get(partition) is not segment:
             structure = self.structure
-            if (structure is not None and structure.plain and partition not in members
-                    and _plain(partition, segment) and all(m.overwrite_spec is None for m in members.values())):
+            overwrite = segment.overwrite_spec is not None
+            if (structure is not None and structure.plain and partition not in members and not self.overwrite
+                    and not overwrite and _plain(partition, segment)):
                 # A plain segment joining a plain chunk (no declarations, no Druid-form overwrite whose list form
                 # could depend on it) keeps it plain: chunk_structure would only add it to the known ids.
                 self.structure = ChunkStructure(True, max(structure.core, segment.core_partitions), {}, {}, {}, (),
@@ -143,39 +147,68 @@ class _Chunk:
             else:
                 self.structure = None
             members[partition] = segment
-            self.ids[partition] = sid
+            if overwrite:
+                self.overwrite = True
+            ids = self.ids
+            if partition not in ids and ids and partition < next(reversed(ids)):
+                ids[partition] = sid
+                self.ids = dict(sorted(ids.items()))
+            else:
+                ids[partition] = sid
 
-    def drop_member(self, partition: int) -> None:
+    def drop_member(self, partition: int) -> SegmentState | None:
+        """Forget a member; returns the state it had (None when it had none)."""
         if self.members.pop(partition, None) is not None:
             del self.ids[partition]
             self.structure = None
         self.online.discard(partition)
-        self.states.pop(partition, None)
+        return self.states.pop(partition, None)
 
     def resolve(self) -> None:
         structure = self.structure
         if structure is None:
             structure = self.structure = chunk_structure(as_list_form(self.members))
         before = self.resolution.visible
-        self.resolution = resolution = resolve_structure(structure, self.online)
+        online = self.online
+        if structure.plain:  # resolve_structure's plain case, inlined (most chunks)
+            self.resolution = resolution = _resolution(structure.known.intersection(online), _NONE, _NONE, _NONE)
+        else:
+            self.resolution = resolution = resolve_structure(structure, online)
         visible = resolution.visible
         self.candidate = bool(visible)
-        self.complete = bool(visible) and (not structure.core or self.online.issuperset(range(structure.core)))
-        if visible != before:  # (a partition's id is fixed while it is known)
-            visible_ids = tuple(self.ids[p] for p in sorted(visible))
-            if visible_ids != self.visible_ids:
-                self.visible_ids = visible_ids
-                self.entries = None
+        core = structure.core
+        self.complete = bool(visible) and (not core or online.issuperset(
+            _CORES[core] if core < len(_CORES) else range(core)))
+        if visible != before:
+            # Built again by the next lookup that needs it (a churn flips the visible set twice between lookups).
+            self.visible_ids = None
+            self.entries = None
+
+    def visible_segment_ids(self) -> tuple[SegmentId, ...]:
+        """The ids of the visible members, by partition id (cached until the visible set changes)."""
+        ids = self.visible_ids
+        if ids is None:
+            ids = self.visible_ids = tuple(self.ids[p] for p in sorted(self.resolution.visible))
+        return ids
+
+
+_CORES = [frozenset(range(n)) for n in range(257)]  # core partitions 0..n-1, shared
+_NONE: frozenset[int] = frozenset()
+_resolution = constructor(ChunkResolution)
 
 
 _PENDING_MAX = 4096
 
 
 def _plain(partition: int, segment: SegmentDescriptor) -> bool:
-    """The segment declares nothing: no overshadowed ids, no atomic update group beyond itself, no Druid overwrite."""
-    return (not segment.overshadowed_segments and segment.overwrite_spec is None
-            and all(p == partition for p in segment.atomic_update_group))
+    """The segment declares no overshadowed ids and no atomic update group beyond itself (the caller checks that
+    it has no Druid overwrite spec)."""
+    if segment.overshadowed_segments:
+        return False
+    group = segment.atomic_update_group
+    return not group or all(p == partition for p in group)
 _FLAT_AFTER = 8
+_ABSENT: list[Interval] = []  # sentinel of lookup's parts (never a chunk's list)
 
 
 def _without(gaps: tuple[Interval, ...], flip: _Chunk) -> tuple[Interval, ...]:
@@ -209,8 +242,23 @@ def _with(gaps: tuple[Interval, ...], chunk: _Chunk, flip: _Chunk, blockers: lis
     return tuple(out)
 
 
+_Walked = tuple[int, int, _Chunk, Interval, int, int]  # a served piece, its chunk, where the chunk's pieces start/end
+
+
+def _walked(entry: tuple[int, int, ChunkKey, Interval], chunks: Mapping[ChunkKey, _Chunk]) -> _Walked:
+    """A served piece as lookup walks it: with its chunk and the first start and last end of the chunk's pieces."""
+    start, end, key, piece = entry
+    chunk = chunks[key]
+    served = chunk.served
+    return start, end, chunk, piece, served[0].start, served[-1].end
+
+
 def _change_order(change: StateChange) -> tuple[str, int, int, str, int]:
     return change.segment_id.sort_key
+
+
+def _pair_order(pair: tuple[SegmentId, SegmentState]) -> tuple[str, int, int, str, int]:
+    return pair[0].sort_key
 
 
 def _chunk_key(chunk: _Chunk) -> ChunkKey:
@@ -239,10 +287,11 @@ class Timeline:
         # A flat copy of ``_served`` (starts, entries) for lookups, made once _FLAT_AFTER lookups in a row found
         # ``_served`` unchanged (a list bisected in C instead of the sorted list's Python-level navigation); any
         # change drops it, so interleaved changes and lookups never pay for copies.
-        self._flat: tuple[list[int], list[tuple[int, int, ChunkKey, Interval]]] | None = None
+        self._flat: tuple[list[int], list[_Walked]] | None = None
         self._quiet_lookups = 0
-        self._state: dict[SegmentId, SegmentState] = {}
-        self._forgotten: list[SegmentId] = []
+        # Members' states live in their chunks (``_Chunk.states``, by partition id: no SegmentId hashing on the hot
+        # path); segments that left the used set in the current mutation wait here with their last state.
+        self._forgotten: list[tuple[SegmentId, SegmentState]] = []
         self._epoch = 0  # bumped whenever a chunk is added or removed: the chunks' neighbor lists go stale
 
     # -- construction -------------------------------------------------------------
@@ -277,8 +326,8 @@ class Timeline:
         for chunk in tl._chunks.values():
             tl._cover(chunk)
         for chunk in tl._chunks.values():
-            for p, sid in chunk.ids.items():
-                tl._state[sid] = chunk.states[p] = tl._state_in(chunk, p)
+            for p in chunk.ids:
+                chunk.states[p] = tl._state_in(chunk, p)
         return tl
 
     def _check(self, seg: SegmentDescriptor) -> None:
@@ -308,7 +357,7 @@ class Timeline:
     # -- mutations --------------------------------------------------------------------
     def publish(self, segments: Iterable[SegmentDescriptor]) -> list[StateChange]:
         """Add segments to the used set (their descriptors become authoritative)."""
-        touched: set[ChunkKey] = set()
+        touched: dict[_Chunk, None] = {}  # (chunks hash by identity: no tuple hashing)
         for seg in segments:
             self._check(seg)
             sid = seg.id
@@ -318,19 +367,21 @@ class Timeline:
             chunk.set_member(sid, seg)
             if sid in self._servers:  # announced before its publish was read: online at once
                 chunk.online.add(sid.partition_id)
-            touched.add(chunk.key)
+            touched[chunk] = None
         return self._settle(touched)
 
     def mark_unused(self, segment_ids: Iterable[SegmentId]) -> list[StateChange]:
         """Remove segments from the used set: they leave the timeline (``absent``) even while a server still
         holds them; their servers stay known until they unannounce."""
-        touched: set[ChunkKey] = set()
+        touched: dict[_Chunk, None] = {}
         for sid in segment_ids:
             if sid in self._used:
                 self._used.discard(sid)
-                touched.add(_key(sid))
-                self._forgotten.append(sid)
-                self._chunks[_key(sid)].drop_member(sid.partition_id)
+                chunk = self._chunks[_key(sid)]
+                touched[chunk] = None
+                old = chunk.drop_member(sid.partition_id)
+                if old is not None:
+                    self._forgotten.append((sid, old))
                 if sid not in self._servers:
                     self._segments.pop(sid, None)
         return self._settle(touched)
@@ -350,72 +401,75 @@ class Timeline:
             return []  # not used: held by the server, served by no one
         chunk = self._chunks[_key(sid)]
         chunk.online.add(sid.partition_id)
-        return self._settle({chunk.key})
+        return self._settle((chunk,))
 
     def unannounce(self, segment_id: SegmentId, server: str) -> list[StateChange]:
         """A server stopped serving the segment (unknown pairs change nothing)."""
         servers = self._servers.get(segment_id, ())
         if server not in servers:
             return []
-        remaining = tuple(s for s in servers if s != server)
-        if remaining:
-            self._servers[segment_id] = remaining
+        if len(servers) > 1:
+            self._servers[segment_id] = tuple(s for s in servers if s != server)
             return []
         del self._servers[segment_id]
         if segment_id not in self._used:
             self._segments.pop(segment_id, None)  # neither used nor online: forgotten
             return []
-        key = _key(segment_id)
-        self._chunks[key].online.discard(segment_id.partition_id)
-        return self._settle({key})
+        chunk = self._chunks[_key(segment_id)]
+        chunk.online.discard(segment_id.partition_id)
+        return self._settle((chunk,))
 
-    def _settle(self, touched: set[ChunkKey]) -> list[StateChange]:
-        """Re-resolve touched chunks, re-cover where completeness changed, diff the states."""
+    def _settle(self, touched: Collection[_Chunk]) -> list[StateChange]:
+        """Re-resolve touched chunks, re-cover where completeness changed, diff the states.
+
+        Chunks are keyed by identity here (``_Chunk`` hashes by ``id``): no tuple key is hashed per chunk."""
         if not touched:
             return []
-        restate: dict[ChunkKey, _Chunk] = {}
-        recover: dict[ChunkKey, _Chunk] = {}
+        restate: dict[_Chunk, None] = {}
+        recover: dict[_Chunk, None] = {}
         dirty: list[list[_Chunk]] = []  # chunks whose interval changed hands
         flipped: list[tuple[_Chunk, bool, bool]] = []  # chunks whose completeness or candidacy changed, as before
         removed = False
-        for key in sorted(touched) if len(touched) > 1 else touched:
-            chunk = self._chunks[key]
+        for chunk in sorted(touched, key=_chunk_key) if len(touched) > 1 else touched:
             was_complete, was_candidate = chunk.complete, chunk.candidate
             chunk.resolve()
             if not chunk.members:
+                key = chunk.key
                 neighbors = self._neighbors(chunk)
                 self._uncover(chunk)
                 self._index.remove(key)
                 del self._chunks[key]
+                chunk.removed = True
                 self._epoch += 1
                 dirty.append(neighbors)
                 removed = True
                 continue
-            restate[key] = chunk
+            restate[chunk] = None
             if chunk.complete != was_complete or chunk.candidate != was_candidate:
                 flipped.append((chunk, was_complete, was_candidate))
-                recover[key] = chunk
+                recover[chunk] = None
             elif not chunk.covered:
-                recover[key] = chunk  # a new chunk may lie under higher ones
+                recover[chunk] = None  # a new chunk may lie under higher ones
         if len(flipped) == 1 and not removed:
             # One chunk changed hands: its neighbors' coverage moves only inside its interval (_recover_after).
             flip, was_complete, was_candidate = flipped[0]
             for other in self._neighbors(flip):
-                if other.key not in recover and self._recover_after(other, flip, was_complete, was_candidate):
-                    restate[other.key] = other
+                if other not in recover and self._recover_after(other, flip, was_complete, was_candidate):
+                    restate[other] = None
         else:
             for flip, _c, _v in flipped:
                 dirty.append(self._neighbors(flip))
         for chunks in dirty:
             for other in chunks:
-                if self._chunks.get(other.key) is other:  # not removed later in this settle
-                    recover[other.key] = other
-        for key, chunk in recover.items():
+                if not other.removed:  # not removed later in this settle
+                    recover[other] = None
+        for chunk in recover:
             if self._cover(chunk):
-                restate[key] = chunk
+                restate[chunk] = None
         changes: list[StateChange] = []
-        state = self._state
-        for chunk in restate.values():
+        # Chunks by key and members by partition id: the changes come out in segment id order (one data source:
+        # an id's order is its chunk key's, then its partition id's), no sort needed but for forgotten ids.
+        for chunk in sorted(restate, key=_chunk_key) if len(restate) > 1 else restate:
             known = chunk.states
             online = chunk.online
             res = chunk.resolution
@@ -433,13 +487,12 @@ class Timeline:
                     new = "standby"
                 old = known.get(p, "absent")
                 if new != old:
-                    state[sid] = known[p] = new
+                    known[p] = new
                     changes.append(_state_change(sid, old, new))
-        for sid in self._forgotten:  # left the used set: no longer in any chunk
-            if sid in state and sid not in self._used:
-                changes.append(StateChange(sid, state.pop(sid), "absent"))
-        self._forgotten.clear()
-        changes.sort(key=_change_order)  # the ids' order, compared as plain tuples (in C)
+        if self._forgotten:  # left the used set: no longer in any chunk
+            changes += [StateChange(sid, old, "absent") for sid, old in self._forgotten]
+            self._forgotten.clear()
+            changes.sort(key=_change_order)  # the ids' order, compared as plain tuples (in C)
         return changes
 
     # -- coverage -----------------------------------------------------------------------
@@ -560,11 +613,21 @@ class Timeline:
 
     # -- queries ------------------------------------------------------------------------
     def state(self, segment_id: SegmentId) -> SegmentState:
-        return self._state.get(segment_id, "absent")
+        if segment_id.data_source != self.data_source:
+            return "absent"
+        chunk = self._chunks.get(_key(segment_id))
+        if chunk is None:
+            return "absent"
+        p = segment_id.partition_id
+        found = chunk.states.get(p)
+        return "absent" if found is None or chunk.ids[p] != segment_id else found
 
     def states(self) -> dict[SegmentId, SegmentState]:
         """Every known segment's state, by segment id."""
-        return {sid: self._state[sid] for sid in sorted(self._state)}
+        pairs = [(sid, chunk.states[p]) for chunk in self._chunks.values() for p, sid in chunk.ids.items()
+                 if p in chunk.states]
+        pairs.sort(key=_pair_order)
+        return dict(pairs)
 
     def segment(self, segment_id: SegmentId) -> SegmentDescriptor | None:
         return self._segments.get(segment_id)
@@ -596,56 +659,52 @@ class Timeline:
         if self._pending:
             self._file_pending()
         flat = self._flat
+        chunks = self._chunks
         if flat is None:
             self._quiet_lookups += 1
             if self._quiet_lookups >= _FLAT_AFTER:
-                flat = self._flat = ([e[0] for e in self._served], list(self._served))
+                served_list = list(self._served)
+                flat = self._flat = ([e[0] for e in served_list], [_walked(entry, chunks) for entry in served_list])
+        walk: Iterable[_Walked]
         if flat is None:
             pieces = self._served
             i = pieces.bisect_left((qs,))
             if i > 0 and pieces[i - 1][1] > qs:
                 i -= 1
-            walk = pieces.islice(i)
+            walk = [_walked(entry, chunks) for entry in pieces.islice(i, pieces.bisect_left((qe,)))]
         else:
             starts, flat_pieces = flat
             i = bisect_left(starts, qs)
             if i > 0 and flat_pieces[i - 1][1] > qs:
                 i -= 1
             walk = flat_pieces[i:bisect_left(starts, qe, i)]  # the pieces starting before the query's end
-        # A chunk's visible segments serve the same parts, so the parts are gathered per chunk, in the
-        # order of its first piece (pieces are disjoint: no two chunks start serving at the same instant).
-        # None: every piece of the chunk lies inside the query, its cached entries are the answer.
-        parts: dict[ChunkKey, list[Interval] | None] = {}
-        chunks = self._chunks
-        for start, end, key, piece in walk:
-            if start >= qe:
-                break
-            if key in parts:
-                ivs = parts[key]
-                if ivs is None:
-                    continue
-            else:
-                served = chunks[key].served
-                if served[0].start >= qs and served[-1].end <= qe:
-                    parts[key] = None
-                    continue
-                ivs = parts[key] = []
+        # A chunk's visible segments serve the same parts, so the parts are gathered per chunk (keyed by the
+        # chunk object: an identity hash, not a tuple's), in the order of its first piece (pieces are disjoint:
+        # no two chunks start serving at the same instant). None: every piece of the chunk lies inside the
+        # query, its cached entries are the answer.
+        parts: dict[_Chunk, list[Interval] | None] = {}
+        for start, end, chunk, piece, first, last in walk:
+            if qs <= first and last <= qe:  # all the chunk serves lies inside the query
+                parts.setdefault(chunk)
+                continue
+            ivs = parts.get(chunk)
+            if ivs is None:
+                ivs = parts[chunk] = []
             sub = piece if qs <= start and end <= qe else Interval(max(start, qs), min(end, qe))
             if ivs and ivs[-1].end == sub.start:
                 ivs[-1] = Interval(ivs[-1].start, sub.end)
             else:
                 ivs.append(sub)
         out: list[LookupEntry] = []
-        for key, ivs in parts.items():
-            chunk = chunks[key]
+        for chunk, ivs in parts.items():
             if ivs is None:
                 entries = chunk.entries
                 if entries is None:
-                    entries = chunk.entries = [LookupEntry(sid, chunk.served) for sid in chunk.visible_ids]
+                    entries = chunk.entries = [LookupEntry(sid, chunk.served) for sid in chunk.visible_segment_ids()]
                 out += entries
             else:
                 clipped = tuple(ivs)
-                out += [LookupEntry(sid, clipped) for sid in chunk.visible_ids]
+                out += [LookupEntry(sid, clipped) for sid in chunk.visible_segment_ids()]
         return out
 
     def served_pieces(self) -> list[tuple[Interval, tuple[Interval, str]]]:
