@@ -72,6 +72,11 @@ BATCH_MAX = 1000
 LEASE_S = SESSION_TIMEOUT_MS / 2000  # leadership is checked again before deciding when older than this
 POLL_S = 0.05  # the longest the feed waits for input before it looks at its timer
 QUIET_CATCH_UP = BATCH_MAX
+# What librdkafka fetches ahead of the planner: a few batches, not the backlog. Its defaults (100,000 messages per
+# partition, 64 MB in all) let a newly elected worker's consumer hold the whole backlog it is behind (tens of
+# thousands of records, read in seconds, folded at a few hundred a second), and the process keeps that high-water
+# mark as resident memory after the catch-up (docs/workers.md, "The planner's memory").
+PREFETCH = {"queued.min.messages": 2 * BATCH_MAX, "queued.max.messages.kbytes": 4096}
 EXIT_AGENT_FAILED = 70
 
 
@@ -139,6 +144,7 @@ class PlannerFeed:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "fetch.wait.max.ms": 10,
+            **PREFETCH,
             **self.extra,
         })
         try:
