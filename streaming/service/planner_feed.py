@@ -18,7 +18,10 @@ already holds; after the catch-up its queues hold them, and the decisions it
 repeats anyway get the same content-derived ids as before, which consumers
 drop. A shorter backlog (a first start, a restart) is planned batch by batch as
 it is read, as a single worker always did, so a publish's loads still name the
-publish as their cause.
+publish as their cause. The liveness unannounces that folding a departure decides
+are deferred to the end of the catch-up too (:meth:`PlannerAgent.finish_catch_up`):
+the predecessor sent most of them long ago, and a copy sent again after the
+consumers' applied-id window let the original go would be applied again.
 
 **A deposed leader stops.** A leader cut off from the group (paused, partitioned) learns it was deposed only
 when it hears from the group again, and may meanwhile decide on a stale view. Three things make that
@@ -185,7 +188,7 @@ class PlannerFeed:
                     self._commit(consumer, at, records)
                 if not self.caught_up and all(at[tp] >= end for tp, end in ends.items()):
                     self.caught_up = True
-                    planner.catching_up = False
+                    on_pool(self.pool, planner.finish_catch_up)  # what it deferred and the log did not settle
                     say(f"planner: caught up; planning every {self.plan_every_s:g}s")
                     next_tick = time.monotonic()
                 if not self.caught_up or len(records) >= BATCH_MAX:
@@ -196,7 +199,8 @@ class PlannerFeed:
                 elif planner.balancing_in_progress:  # one slice between two batches
                     on_pool(self.pool, planner.balance_slice, int(time.time() * 1000))
         finally:
-            planner.catching_up = False
+            if planner.catching_up:
+                planner.abandon_catch_up()
             try:
                 consumer.close()
             except Exception as e:
