@@ -205,7 +205,7 @@ def main() -> None:
                     agent.process(log.take())
                 if second + 1 < args.catch_up:
                     continue
-                agent.catching_up = False
+                agent.finish_catch_up()
                 print(f"caught up {second + 1} s of log: RSS {rss_mb():.0f} MB", flush=True)
             if args.threaded:
                 t = threading.Thread(target=step)
