@@ -63,7 +63,8 @@ until read back from ``cluster``, like any other server event. While catching up
 (:attr:`catching_up`, a newly elected worker folding a log its predecessor already acted on)
 these unannounces, and those of announces by servers not joined, are deferred: one the rest
 of the log settles (its original, or a later announce or unannounce of the same server and
-segment) is dropped, and :meth:`finish_catch_up` sends the others.
+segment) is dropped, and :meth:`finish_catch_up` sends the others, and unannounces whatever the
+fold still shows a server that is not joined holding (what a catch-up cut short left undecided).
 
 **Commands.** ``load`` / ``move`` -> a ``LoadSegment`` (a move's also a
 ``DropSegment`` on the source sharing the ``moveId``), ``drop`` -> a
@@ -134,6 +135,7 @@ from coordinator.placement.liveness import (
     server_lost,
     silent_servers,
     unannounce_departed,
+    unannounce_held_not_joined,
     unannounce_not_joined,
 )
 from coordinator.placement.projected import command_id
@@ -324,23 +326,32 @@ class PlannerAgent:
         originals go (the soak's run 4: a timeline took a segment offline that its server had announced again since
         it rejoined). So they are deferred: one is dropped when the log shows a later word on its (server, segment)
         (the original unannounce, a later announce or unannounce), or when its id was applied (read back), and the
-        rest, the decisions nobody sent (the predecessor died before it folded the departure), go out here. A catch-up
-        that ends without finishing (this worker is deposed, or crashes) leaves them to the next leader, which folds
-        the same departures."""
+        rest, the decisions nobody sent (the predecessor died before it folded the departure), go out here.
+
+        A catch-up that ends without finishing (deposed, or killed after it committed batches past a departure)
+        loses what it deferred, so this also unannounces whatever the fold still shows a server that is not joined
+        holding (:func:`~coordinator.placement.liveness.unannounce_held_not_joined`): after the deferred ones are
+        folded that is exactly what such a cut-short catch-up left undecided, and it is called each time the feed
+        has caught up after an election, with or without a catch-up."""
         self.catching_up = False
         deferred, self._deferred = list(self._deferred.values()), {}
         fresh = [u for u in deferred if not self.store.applied(u.event_id)]
-        if not fresh:
-            return 0
         batch = self.store.batch()
         for unannounce in fresh:
             self.sink.send(unannounce)
             self.deferred |= self.state.evolve(unannounce).segments  # in the next run's scope (re-replication)
             batch.mark_applied(unannounce.event_id)
+        left = [u for u in unannounce_held_not_joined(self.state) if not self.store.applied(u.event_id)]
+        for unannounce in left:
+            self.sink.send(unannounce)
+            self.deferred |= self.state.evolve(unannounce).segments
+            batch.mark_applied(unannounce.event_id)
+        if not fresh and not left:
+            return 0
         self.sink.flush()
         self._commit(batch)
-        self.counters.emitted += len(fresh)
-        return len(fresh)
+        self.counters.emitted += len(fresh) + len(left)
+        return len(fresh) + len(left)
 
     def abandon_catch_up(self) -> None:
         """A catch-up cut short (deposed, stopped): its deferred unannounces are the next leader's to decide."""

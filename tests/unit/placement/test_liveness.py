@@ -248,3 +248,28 @@ def test_a_new_leader_catching_up_sends_the_unannounces_its_predecessor_never_se
             assert fold.timelines.states() == {str(SEG.id): "offline"}
         finally:
             successor.agent.store.close()
+
+
+def test_a_catch_up_cut_short_after_a_departure_leaves_its_unannounces_to_the_next_one() -> None:
+    """The successor folded the ``server_lost`` (its batch committed, offsets past it) and was killed before its
+    catch-up ended: what it deferred is gone with the process. Restarted on the same store, it has nothing left to
+    fold, and when it has caught up it unannounces what the fold still shows the lost server holding."""
+    with tempfile.TemporaryDirectory() as tmp:
+        lost = _env(ServerLost(server="h1", last_heard_at=T0 + 1000, server_timeout_millis=TIMEOUT), "lost",
+                    T0 + 40_000, "h1")
+        successor, during = _catch_up([*_cluster(), lost], Path(tmp))
+        assert during == []
+        store, log = successor.agent.store, successor.log
+        restarted = Run(store)  # the same store, the commits of the cut-short catch-up in it
+        restarted.log = log
+        assert SEG.id in restarted.agent.state.held["h1"] and not restarted.agent.state.servers["h1"].joined
+        try:
+            assert restarted.agent.finish_catch_up() == 1
+            sent = restarted.sink.take()
+            assert [(e.event.server, e.event.segment_id, e.event.reason)  # type: ignore[attr-defined]
+                    for e in sent] == [("h1", str(SEG.id), "server_not_joined")]
+            assert restarted.agent.finish_catch_up() == 0  # once
+            restarted.feed(sent)
+            assert restarted.replay().timelines.states() == {str(SEG.id): "offline"}
+        finally:
+            store.close()
