@@ -65,6 +65,7 @@ from coordinator.placement import fence
 from streaming import credentials
 from streaming.service.delivery import on_pool
 from streaming.service.election import HEADER, SESSION_TIMEOUT_MS, Claim, say
+from streaming.service.heap import release_free_memory
 from streaming.service.intake import InputRecord
 from streaming.service.outage import PatientProducer, Shutdown
 from streaming.service.planner_agent import PlannerAgent
@@ -189,6 +190,7 @@ class PlannerFeed:
                 if not self.caught_up and all(at[tp] >= end for tp, end in ends.items()):
                     self.caught_up = True
                     on_pool(self.pool, planner.finish_catch_up)  # what it deferred and the log did not settle
+                    release_free_memory()  # what folding the backlog freed, kept at its high-water mark by malloc
                     say(f"planner: caught up; planning every {self.plan_every_s:g}s")
                     next_tick = time.monotonic()
                 if not self.caught_up or len(records) >= BATCH_MAX:
