@@ -125,3 +125,39 @@ def unannounce_not_joined(state: PlacementState, announce: Envelope[Event]) -> E
     out = SegmentUnannounced(server=event.server, segment_id=text, reason=NOT_JOINED)
     return Envelope(out, command_id("unannounce-not-joined", announce.event_id, text), announce.occurred_at,
                     event.segment.data_source, announce.event_id)
+
+
+def unannounce_held_not_joined(state: PlacementState) -> list[Envelope[SegmentUnannounced]]:
+    """The coordinator's unannounce of every segment the fold still shows a known, not joined server holding
+    (reason ``server_not_joined``), by server and segment id; empty once every departure's
+    :func:`unannounce_departed` was folded. A planner that caught up after a predecessor (or its own earlier
+    catch-up) died between folding a departure and sending its unannounces finds them here. The id is a function
+    of (server, when it was last heard, segment), so the same leftover gets the same id whoever decides it; keyed by
+    data source, at the time the server was last heard.
+
+    >>> from events.cluster import ServerJoined, ServerLost
+    >>> from events.interval import Interval
+    >>> from events.segment import SegmentDescriptor
+    >>> seg = SegmentDescriptor("wiki", Interval(0, 3_600_000), "v1", 0, 1)
+    >>> st = PlacementState()
+    >>> joined = ServerJoined(server="h1", tier="_default_tier", max_size_bytes=10)
+    >>> _ = st.evolve(Envelope(joined, "j", Instant(0), "h1"))
+    >>> _ = st.evolve(Envelope(SegmentAnnounced(server="h1", segment=seg), "a", Instant(1), "wiki"))
+    >>> unannounce_held_not_joined(st)
+    []
+    >>> _ = st.evolve(Envelope(ServerLost(server="h1", last_heard_at=1), "lost", Instant(40_000), "h1"))
+    >>> [(u.event.server, u.event.reason, u.occurred_at) for u in unannounce_held_not_joined(st)]
+    [('h1', 'server_not_joined', 1)]
+    """
+    out = []
+    for name, facts in sorted(state.servers.items()):
+        held = state.held.get(name)
+        if facts.joined or not held:
+            continue
+        heard = state.last_heard.get(name, 0)
+        for sid in sorted(held, key=str):
+            text = str(sid)
+            event = SegmentUnannounced(server=name, segment_id=text, reason=NOT_JOINED)
+            out.append(Envelope(event, command_id("unannounce-held-not-joined", name, str(heard), text),
+                                Instant(heard), sid.data_source, None))
+    return out

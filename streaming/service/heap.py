@@ -28,6 +28,8 @@ compute; it only moves when memory of garbage cycles is reclaimed.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import time
 from collections.abc import Callable
@@ -70,3 +72,28 @@ class FrozenHeap:
         self._last_full = self._last_freeze = self.clock()
         self.full_collections += 1
         self.freezes += 1
+
+
+def release_free_memory() -> bool:
+    """Return the memory the C allocator holds free to the operating system (glibc's ``malloc_trim(0)``); False where
+    there is no such call (another C library). It frees nothing that is in use and changes nothing the agents compute.
+
+    Why: glibc keeps what a thread freed in that thread's arena, at its high-water mark. A newly elected planner's
+    catch-up (tens of thousands of records folded at once, on the planner's threads and librdkafka's) left the
+    worker's RSS that much higher for as long as it ran: in the soak's run 5 the leader held 251 MB, of which
+    ``malloc_trim(0)`` gave back 58 MB (a former leader 32 of 178 MB, a follower 7 of 136 MB; docs/workers.md,
+    "The planner's memory"). The planner feed calls it once a catch-up has ended."""
+    global _trim
+    if _trim is None:
+        name = ctypes.util.find_library("c")
+        try:
+            _trim = ctypes.CDLL(name).malloc_trim if name else False
+        except (OSError, AttributeError):
+            _trim = False
+    if _trim is False:
+        return False
+    _trim(0)
+    return True
+
+
+_trim: Callable[[int], int] | bool | None = None  # glibc's malloc_trim once looked up (False: none)

@@ -59,7 +59,12 @@ the feed, the queryable view and replay unannounce them too. A timer run first d
 ``ServerLost`` for every joined server silent for more than ``server_timeout_ms`` (event
 time of its last heartbeat against the shell's clock), but only once the agent itself has
 run that long (before, it may not have read the heartbeats yet); the decision is not folded
-until read back from ``cluster``, like any other server event.
+until read back from ``cluster``, like any other server event. While catching up
+(:attr:`catching_up`, a newly elected worker folding a log its predecessor already acted on)
+these unannounces, and those of announces by servers not joined, are deferred: one the rest
+of the log settles (its original, or a later announce or unannounce of the same server and
+segment) is dropped, and :meth:`finish_catch_up` sends the others, and unannounces whatever the
+fold still shows a server that is not joined holding (what a catch-up cut short left undecided).
 
 **Commands.** ``load`` / ``move`` -> a ``LoadSegment`` (a move's also a
 ``DropSegment`` on the source sharing the ``moveId``), ``drop`` -> a
@@ -130,6 +135,7 @@ from coordinator.placement.liveness import (
     server_lost,
     silent_servers,
     unannounce_departed,
+    unannounce_held_not_joined,
     unannounce_not_joined,
 )
 from coordinator.placement.projected import command_id
@@ -143,7 +149,7 @@ from events.envelope import Envelope
 from events.ids import derived_event_id
 from events.schema import EventValidationError, Instant
 from events.segment import SegmentId
-from events.segments import SegmentsMarkedUnused
+from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentUnannounced
 from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
 from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, prior_ids, seen_in
@@ -218,6 +224,8 @@ class PlannerAgent:
         self._next = store.offsets()
         self.batches_since_start = 0
         self.catching_up = False  # True: fold only, never plan (a new leader reading up to the log's end)
+        # (server, segment id) -> the coordinator's unannounce decided while catching up, not sent yet (finish_catch_up)
+        self._deferred: dict[tuple[str, str], Envelope[SegmentUnannounced]] = {}
         # the elected planner's epoch ("<epoch>:"): run counters are per store, so two leaders' timer-run marks
         # would otherwise share ids for other content (streaming/service/planner_feed.py)
         self.timer_salt = ""
@@ -264,16 +272,23 @@ class PlannerAgent:
             if isinstance(env.event, ServerLeft | ServerLost):
                 self._lost_sent.pop(env.event.server, None)
                 for unannounce in unannounce_departed(self.state, env):  # type: ignore[arg-type]
+                    if self.catching_up:
+                        self._defer(unannounce)
+                        continue
                     self.sink.send(unannounce)  # folded at once, as the commands it decides; read back: a duplicate
                     touched.merge(self.state.evolve(unannounce))
                     batch.mark_applied(unannounce.event_id)
                     c.emitted += 1
             stale = unannounce_not_joined(self.state, env)  # an announce by a server that has not (re-)joined
-            if stale is not None:
+            if stale is not None and self.catching_up:
+                self._defer(stale)
+            elif stale is not None:
                 self.sink.send(stale)
                 touched.merge(self.state.evolve(stale))
                 batch.mark_applied(stale.event_id)
                 c.emitted += 1
+            elif self._deferred and isinstance(env.event, SegmentAnnounced | SegmentUnannounced):
+                self._supersede(env.event)
             if logical == COMMANDS:
                 continue  # the log's copy of a command: folded, never a trigger (it was planned already)
             batch.mark_applied(env.event_id, rec.timestamp_ms)
@@ -295,6 +310,58 @@ class PlannerAgent:
         c.batches += 1
         self.batches_since_start += 1
         self.last_batch_size = len(records)
+
+    def _defer(self, unannounce: Envelope[SegmentUnannounced]) -> None:
+        self._deferred[(unannounce.event.server, unannounce.event.segment_id)] = unannounce
+
+    def _supersede(self, event: SegmentAnnounced | SegmentUnannounced) -> None:
+        """A later announce or unannounce of the pair read while catching up: the log has its own last word on it
+        (the predecessor's unannounce, or the server's announce after it joined again), so the deferred one goes."""
+        text = str(event.segment.id) if isinstance(event, SegmentAnnounced) else event.segment_id
+        self._deferred.pop((event.server, text), None)
+
+    def finish_catch_up(self) -> int:
+        """End a catch-up: send, fold and commit the liveness unannounces deferred while it lasted that the rest of
+        the log did not settle, and plan again from here. Returns how many were sent.
+
+        While catching up, the agent folds a log its predecessor already acted on. The unannounces that folding a
+        ``server_left`` / ``server_lost`` decides (:func:`unannounce_departed`), and those of an announce by a server
+        not joined (:func:`unannounce_not_joined`), were mostly sent by the predecessor, under the same ids, minutes
+        or days ago; sending them again at once reached consumers after their applied-id window had let the
+        originals go (the soak's run 4: a timeline took a segment offline that its server had announced again since
+        it rejoined). So they are deferred: one is dropped when the log shows a later word on its (server, segment)
+        (the original unannounce, a later announce or unannounce), or when its id was applied (read back), and the
+        rest, the decisions nobody sent (the predecessor died before it folded the departure), go out here.
+
+        A catch-up that ends without finishing (deposed, or killed after it committed batches past a departure)
+        loses what it deferred, so this also unannounces whatever the fold still shows a server that is not joined
+        holding (:func:`~coordinator.placement.liveness.unannounce_held_not_joined`): after the deferred ones are
+        folded that is exactly what such a cut-short catch-up left undecided, and it is called each time the feed
+        has caught up after an election, with or without a catch-up."""
+        self.catching_up = False
+        deferred, self._deferred = list(self._deferred.values()), {}
+        fresh = [u for u in deferred if not self.store.applied(u.event_id)]
+        batch = self.store.batch()
+        for unannounce in fresh:
+            self.sink.send(unannounce)
+            self.deferred |= self.state.evolve(unannounce).segments  # in the next run's scope (re-replication)
+            batch.mark_applied(unannounce.event_id)
+        left = [u for u in unannounce_held_not_joined(self.state) if not self.store.applied(u.event_id)]
+        for unannounce in left:
+            self.sink.send(unannounce)
+            self.deferred |= self.state.evolve(unannounce).segments
+            batch.mark_applied(unannounce.event_id)
+        if not fresh and not left:
+            return 0
+        self.sink.flush()
+        self._commit(batch)
+        self.counters.emitted += len(fresh) + len(left)
+        return len(fresh) + len(left)
+
+    def abandon_catch_up(self) -> None:
+        """A catch-up cut short (deposed, stopped): its deferred unannounces are the next leader's to decide."""
+        self.catching_up = False
+        self._deferred = {}
 
     def tick(self, wall_ms: int) -> int:
         """A timer run at the shell's clock: returns the number of events emitted. It settles timed-out commands,

@@ -18,7 +18,10 @@ already holds; after the catch-up its queues hold them, and the decisions it
 repeats anyway get the same content-derived ids as before, which consumers
 drop. A shorter backlog (a first start, a restart) is planned batch by batch as
 it is read, as a single worker always did, so a publish's loads still name the
-publish as their cause.
+publish as their cause. The liveness unannounces that folding a departure decides
+are deferred to the end of the catch-up too (:meth:`PlannerAgent.finish_catch_up`):
+the predecessor sent most of them long ago, and a copy sent again after the
+consumers' applied-id window let the original go would be applied again.
 
 **A deposed leader stops.** A leader cut off from the group (paused, partitioned) learns it was deposed only
 when it hears from the group again, and may meanwhile decide on a stale view. Three things make that
@@ -62,6 +65,7 @@ from coordinator.placement import fence
 from streaming import credentials
 from streaming.service.delivery import on_pool
 from streaming.service.election import HEADER, SESSION_TIMEOUT_MS, Claim, say
+from streaming.service.heap import release_free_memory
 from streaming.service.intake import InputRecord
 from streaming.service.outage import PatientProducer, Shutdown
 from streaming.service.planner_agent import PlannerAgent
@@ -72,6 +76,11 @@ BATCH_MAX = 1000
 LEASE_S = SESSION_TIMEOUT_MS / 2000  # leadership is checked again before deciding when older than this
 POLL_S = 0.05  # the longest the feed waits for input before it looks at its timer
 QUIET_CATCH_UP = BATCH_MAX
+# What librdkafka fetches ahead of the planner: a few batches, not the backlog. Its defaults (100,000 messages per
+# partition, 64 MB in all) let a newly elected worker's consumer hold the whole backlog it is behind (tens of
+# thousands of records, read in seconds, folded at a few hundred a second), and the process keeps that high-water
+# mark as resident memory after the catch-up (docs/workers.md, "The planner's memory").
+PREFETCH = {"queued.min.messages": 2 * BATCH_MAX, "queued.max.messages.kbytes": 4096}
 EXIT_AGENT_FAILED = 70
 
 
@@ -139,6 +148,7 @@ class PlannerFeed:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "fetch.wait.max.ms": 10,
+            **PREFETCH,
             **self.extra,
         })
         try:
@@ -179,7 +189,8 @@ class PlannerFeed:
                     self._commit(consumer, at, records)
                 if not self.caught_up and all(at[tp] >= end for tp, end in ends.items()):
                     self.caught_up = True
-                    planner.catching_up = False
+                    on_pool(self.pool, planner.finish_catch_up)  # what it deferred and the log did not settle
+                    release_free_memory()  # what folding the backlog freed, kept at its high-water mark by malloc
                     say(f"planner: caught up; planning every {self.plan_every_s:g}s")
                     next_tick = time.monotonic()
                 if not self.caught_up or len(records) >= BATCH_MAX:
@@ -190,7 +201,8 @@ class PlannerFeed:
                 elif planner.balancing_in_progress:  # one slice between two batches
                     on_pool(self.pool, planner.balance_slice, int(time.time() * 1000))
         finally:
-            planner.catching_up = False
+            if planner.catching_up:
+                planner.abandon_catch_up()
             try:
                 consumer.close()
             except Exception as e:

@@ -65,7 +65,9 @@ from events.topics import LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
 from streaming.admin import create_topics
 from streaming.local_broker import LocalBroker
 from streaming.replay import audit
+from streaming.service import lockbox_agent, planner_agent, timeline_agent, upsert_agent
 from streaming.service.outage import PatientProducer, Shutdown
+from streaming.service.state import KEEP_LOG_FILES, MAX_LOG_FILE_BYTES
 from tests.accepted import through_lockbox
 from tests.integration.test_service_lockbox import dedup, request_stream
 from tests.integration.test_service_lockbox import pure_fold as lockbox_fold
@@ -85,6 +87,9 @@ WRITE_BUFFER_MB = os.environ.get("SEGCOORD_SOAK_WRITE_BUFFER_MB", "1")
 SAMPLE_S = 10.0
 RSS_GROWTH = 1.5
 STORE_GROWTH = 1.75
+STORES = (timeline_agent.STORE_NAME, lockbox_agent.STORE_NAME, planner_agent.STORE_NAME, upsert_agent.STORE_NAME)
+INFO_LOG_SLACK_KB = 64  # the lines written after the size check that rolls the file (tests/unit/service)
+INFO_LOG_CAP_KB = KEEP_LOG_FILES * (MAX_LOG_FILE_BYTES // 1024 + INFO_LOG_SLACK_KB)
 DAY = 86_400_000
 SERVERS = ["hs1", "hs2", "hs3"]
 
@@ -131,16 +136,25 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
-def folder_kb(path: Path) -> int:
-    """Bytes on disk under ``path`` (kB); a file removed while walking (a compaction) counts 0."""
+def folder_kb(path: Path, info_log: bool | None = None) -> int:
+    """Bytes on disk under ``path`` (kB); a file removed while walking (a compaction) counts 0. ``info_log``: True,
+    RocksDB's info log files only (``LOG``, ``LOG.old.*``); False, every other file (the data: SST files, write-ahead
+    log, manifest); None, all."""
     total = 0
     for f in path.rglob("*") if path.exists() else ():
+        if info_log is not None and f.name.startswith("LOG") != info_log:
+            continue
         try:
             if f.is_file():
                 total += f.stat().st_size
         except OSError:
             pass
     return total // 1024
+
+
+def stores_kb(folder: Path) -> dict[str, list[int]]:
+    """One worker's stores: name -> [data kB, info log kB]."""
+    return {name: [folder_kb(folder / name, False), folder_kb(folder / name, True)] for name in STORES}
 
 
 def quarter_medians(samples: list[tuple[float, int]], length: float) -> tuple[float, float]:
@@ -151,32 +165,52 @@ def quarter_medians(samples: list[tuple[float, int]], length: float) -> tuple[fl
     return (statistics.median(second) if second else 0.0, statistics.median(last) if last else 0.0)
 
 
-def flatness(samples: list[tuple[float, list[int], list[int]]], length: float, names: list[str],
-             warmup: float) -> tuple[list[str], list[str]]:
-    """The figures (one line per worker and one for the fleet) and what grew (empty: flat).
+Sample = tuple[float, list[int], list[int], list[dict[str, list[int]]]]  # t, RSS, store, each store's [data, log]
 
-    Store size is compared per worker. RSS is compared across the fleet, as the largest worker's at each sample:
-    a worker's RSS follows its role, not the run's length (the worker elected to plan builds the planner's view
-    of the whole cluster, about twice a follower's RSS, and keeps it as a warm standby after it is deposed; a
-    worker that takes over partitions folds them in), and the planner moves with the faults, so one worker's
-    RSS steps up when it is first elected. The largest worker's is the bound on every worker's; a leak in any
-    role shows there once it passes it."""
+
+def flatness(samples: list[Sample], length: float, names: list[str], warmup: float) -> tuple[list[str], list[str]]:
+    """The figures (one line per worker and two for the fleet) and what grew (empty: flat).
+
+    RSS and store size are both compared across the fleet, not worker by worker, because each follows a worker's
+    role and history, not the run's length. RSS is the largest worker's at each sample: the worker elected to plan
+    holds the planner's view of the whole cluster and what it took to fold it (docs/workers.md, "The planner's
+    memory"), and keeps it as a warm standby after it is deposed; the planner moves with the faults, so one
+    worker's RSS steps up when it is first elected. The store is, for each of the four stores, the largest
+    worker's (summed over the four): a worker keeps the state of every partition it ever owned (it resumes from it
+    if the partition comes back), and its planner store is kept current only while it leads, so one worker's
+    store steps up when it first gains a partition or is first elected. The largest is the bound on every
+    worker's; a leak in any role shows there once it passes it. RocksDB's info logs are left out of the store
+    figure: they are bounded by configuration, not by data (``KEEP_LOG_FILES`` files of ``MAX_LOG_FILE_BYTES``),
+    checked against that cap here, and fill it slowly (one line per flush), which a median comparison would
+    report as growth."""
     lines, grew = [], []
     at_warmup = next((s for s in samples if s[0] >= warmup), samples[0])
     for i, name in enumerate(names):
-        rss_q2, rss_q4 = quarter_medians([(t, rss[i]) for t, rss, _ in samples], length)
-        store_q2, store_q4 = quarter_medians([(t, size[i]) for t, _, size in samples], length)
+        rss_q2, rss_q4 = quarter_medians([(t, rss[i]) for t, rss, _, _ in samples], length)
+        store_q2, store_q4 = quarter_medians([(t, size[i]) for t, _, size, _ in samples], length)
         lines.append(f"{name}: RSS {at_warmup[1][i] / 1024:.0f} MB at warm-up, median {rss_q2 / 1024:.0f} MB (2nd "
                      f"quarter) -> {rss_q4 / 1024:.0f} MB (last), {samples[-1][1][i] / 1024:.0f} MB at the end; store "
                      f"{at_warmup[2][i] / 1024:.1f} MB at warm-up, median {store_q2 / 1024:.1f} MB -> "
                      f"{store_q4 / 1024:.1f} MB, {samples[-1][2][i] / 1024:.1f} MB at the end")
-        if store_q4 > STORE_GROWTH * store_q2:
-            grew.append(f"{name}: store median grew from {store_q2:.0f} kB to {store_q4:.0f} kB")
-    top_q2, top_q4 = quarter_medians([(t, max(rss)) for t, rss, _ in samples], length)
+    top_q2, top_q4 = quarter_medians([(t, max(rss)) for t, rss, _, _ in samples], length)
     lines.append(f"largest worker: RSS median {top_q2 / 1024:.0f} MB (2nd quarter) -> {top_q4 / 1024:.0f} MB (last), "
-                 f"peak {max(max(rss) for _, rss, _ in samples) / 1024:.0f} MB")
+                 f"peak {max(max(rss) for _, rss, _, _ in samples) / 1024:.0f} MB")
     if top_q4 > RSS_GROWTH * top_q2:
         grew.append(f"the largest worker's RSS median grew from {top_q2:.0f} kB to {top_q4:.0f} kB")
+
+    def largest_stores(per_worker: list[dict[str, list[int]]]) -> int:
+        return sum(max(w[name][0] for w in per_worker) for name in STORES)
+
+    data_q2, data_q4 = quarter_medians([(t, largest_stores(st)) for t, _, _, st in samples], length)
+    info_log = max(w[name][1] for _, _, _, st in samples for w in st for name in STORES)
+    lines.append(f"largest stores (data, the largest worker's of each store): median {data_q2 / 1024:.1f} MB (2nd "
+                 f"quarter) -> {data_q4 / 1024:.1f} MB (last), {largest_stores(samples[-1][3]) / 1024:.1f} MB at the "
+                 f"end; " + ", ".join(f"{name} {max(w[name][0] for w in samples[-1][3])} kB" for name in STORES)
+                 + f"; the largest info log {info_log} kB")
+    if data_q4 > STORE_GROWTH * data_q2:
+        grew.append(f"the largest stores' median grew from {data_q2:.0f} kB to {data_q4:.0f} kB")
+    if info_log > INFO_LOG_CAP_KB:
+        grew.append(f"a store's RocksDB info log reached {info_log} kB (cap {INFO_LOG_CAP_KB} kB)")
     return lines, grew
 
 
@@ -213,7 +247,7 @@ def test_soak_mixed_load_with_random_faults(own_broker: LocalBroker, tmp_path: P
     workers = [Worker(bootstrap, topics, tmp_path, f"w{i}", "--dedupe-window-ids", WINDOW_IDS,
                       "--dedupe-window-ms", WINDOW_MS) for i in range(1, 4)]
     historicals = [Historical(bootstrap, topics, tmp_path, n) for n in SERVERS]
-    samples: list[tuple[float, list[int], list[int]]] = []  # (t, rss kB per worker, store kB per worker)
+    samples: list[Sample] = []  # (t, rss kB per worker, store kB per worker, each store's [data, log] kB)
     faults: list[str] = []
     self_exits: list[str] = []
     wiki_published: list[SegmentDescriptor] = []
@@ -293,8 +327,9 @@ def test_soak_mixed_load_with_random_faults(own_broker: LocalBroker, tmp_path: P
                 printed_faults = len(faults)
             if time.monotonic() >= next_sample:
                 next_sample = max(next_sample + SAMPLE_S, time.monotonic())  # none owed after a long fault
+                per_store = [stores_kb(tmp_path / w.worker_id) for w in workers]
                 samples.append((now, [rss_kb(w.proc.pid) if w.alive() and w.proc else 0 for w in workers],
-                                [folder_kb(tmp_path / w.worker_id) for w in workers]))
+                                [sum(d + g for d, g in st.values()) for st in per_store], per_store))
                 print(f"soak sample {now:6.0f}s  RSS MB {[round(r / 1024) for r in samples[-1][1]]}  store MB "
                       f"{[round(k / 1024, 1) for k in samples[-1][2]]}  faults {len(faults)}", flush=True)
             time.sleep(0.2)
@@ -349,7 +384,7 @@ def test_soak_mixed_load_with_random_faults(own_broker: LocalBroker, tmp_path: P
         print(f"  {f}")
     print(f"self-exits: {self_exits or 'none'}")
     print("  t(s)   RSS MB per worker     store MB per worker")
-    for t, rss, size in samples[:: max(1, len(samples) // 30)]:
+    for t, rss, size, _ in samples[:: max(1, len(samples) // 30)]:
         rss_mb, store_mb = " ".join(f"{r / 1024:6.0f}" for r in rss), " ".join(f"{s / 1024:7.1f}" for s in size)
         print(f"  {t:5.0f}  {rss_mb}     {store_mb}")
     assert len(faults) == FAULTS and not self_exits, (faults, self_exits)

@@ -181,3 +181,95 @@ def test_an_announce_read_after_server_lost_does_not_count_until_the_server_join
         assert "h1" in fold.timelines.timeline("wiki").servers(seg2.id)
         assert {n: sorted(map(str, s)) for n, s in run.agent.state.held.items() if s} == \
             {n: sorted(map(str, s)) for n, s in fold.placement.held.items() if s}
+
+
+def _catch_up(records: list[Envelope[Event]], tmp: Path) -> tuple[Run, list[Envelope[Event]]]:
+    """A newly elected planner with a fresh store folding ``records`` (its predecessor's log) in one catch-up, as
+    the planner feed runs it: planning off, then :meth:`PlannerAgent.finish_catch_up`. Returns it and what it sent
+    while catching up."""
+    store = AgentStateStore(tmp / "successor", FORMAT_VERSION)
+    successor = Run(store)
+    successor.agent.catching_up = True
+    during = successor.feed(records)
+    return successor, during
+
+
+def test_a_new_leader_catching_up_does_not_send_again_what_its_predecessor_sent() -> None:
+    """Soak run 4: a worker elected to plan folded its stale store up to the log's end and, on each ``server_lost``
+    it read, sent the unannounces of the lost server's segments again under the predecessor's ids, minutes later.
+    A timeline whose applied-id window had let the originals go applied them again and took offline a segment
+    the server had announced again since it rejoined. Catching up, the successor now sends none of them: the
+    log already holds the originals, and the server's later announce."""
+    with tempfile.TemporaryDirectory() as tmp, AgentStateStore(Path(tmp) / "p", FORMAT_VERSION) as store:
+        old = Run(store)
+        old.feed(_cluster())
+        old.feed(old.sink.take())
+        lost = _env(ServerLost(server="h1", last_heard_at=T0 + 1000, server_timeout_millis=TIMEOUT), "lost",
+                    T0 + 40_000, "h1")
+        after = old.feed([lost])
+        assert [e.event.server for e in after if isinstance(e.event, SegmentUnannounced)] == ["h1"]
+        old.feed([*after,
+                  _env(ServerJoined(server="h1", tier="_default_tier", max_size_bytes=10_000), "j1b", T0 + 41_000,
+                       "h1"),
+                  _env(SegmentAnnounced(server="h1", segment=SEG), "a1b", T0 + 41_500, "wiki")])
+        log = [r.envelope for r in old.log.records]
+        successor, during = _catch_up(log, Path(tmp))
+        try:
+            assert [e for e in during if isinstance(e.event, SegmentUnannounced)] == []
+            assert successor.agent.finish_catch_up() == 0 and successor.sink.take() == []
+            assert SEG.id in successor.agent.state.held["h1"] and successor.agent.state.servers["h1"].joined
+            assert {n: sorted(map(str, s)) for n, s in successor.agent.state.held.items() if s} == \
+                {n: sorted(map(str, s)) for n, s in old.agent.state.held.items() if s}
+        finally:
+            successor.agent.store.close()
+
+
+def test_a_new_leader_catching_up_sends_the_unannounces_its_predecessor_never_sent() -> None:
+    """The predecessor died after ``server_lost`` reached the log and before it folded it: nobody unannounced the
+    lost server's segment. The successor sends that unannounce once its catch-up ends, under the id the predecessor
+    would have used, and the timeline shows the segment offline."""
+    from coordinator.placement.projected import command_id
+
+    with tempfile.TemporaryDirectory() as tmp:
+        lost = _env(ServerLost(server="h1", last_heard_at=T0 + 1000, server_timeout_millis=TIMEOUT), "lost",
+                    T0 + 40_000, "h1")
+        successor, during = _catch_up([*_cluster(), lost], Path(tmp))
+        try:
+            assert [e for e in during if isinstance(e.event, SegmentUnannounced)] == []
+            assert successor.agent.finish_catch_up() == 1
+            sent = successor.sink.take()
+            once = command_id("unannounce", "lost", str(SEG.id))  # the predecessor's id for it
+            assert [(e.event.server, e.event.segment_id, e.event.reason, e.event_id)  # type: ignore[attr-defined]
+                    for e in sent] == [("h1", str(SEG.id), "server_lost", once)]
+            assert SEG.id not in successor.agent.state.held.get("h1", set())
+            assert successor.agent.finish_catch_up() == 0  # once
+            successor.feed(sent)  # read back: applied already
+            fold = successor.replay()
+            assert fold.timelines.states() == {str(SEG.id): "offline"}
+        finally:
+            successor.agent.store.close()
+
+
+def test_a_catch_up_cut_short_after_a_departure_leaves_its_unannounces_to_the_next_one() -> None:
+    """The successor folded the ``server_lost`` (its batch committed, offsets past it) and was killed before its
+    catch-up ended: what it deferred is gone with the process. Restarted on the same store, it has nothing left to
+    fold, and when it has caught up it unannounces what the fold still shows the lost server holding."""
+    with tempfile.TemporaryDirectory() as tmp:
+        lost = _env(ServerLost(server="h1", last_heard_at=T0 + 1000, server_timeout_millis=TIMEOUT), "lost",
+                    T0 + 40_000, "h1")
+        successor, during = _catch_up([*_cluster(), lost], Path(tmp))
+        assert during == []
+        store, log = successor.agent.store, successor.log
+        restarted = Run(store)  # the same store, the commits of the cut-short catch-up in it
+        restarted.log = log
+        assert SEG.id in restarted.agent.state.held["h1"] and not restarted.agent.state.servers["h1"].joined
+        try:
+            assert restarted.agent.finish_catch_up() == 1
+            sent = restarted.sink.take()
+            assert [(e.event.server, e.event.segment_id, e.event.reason)  # type: ignore[attr-defined]
+                    for e in sent] == [("h1", str(SEG.id), "server_not_joined")]
+            assert restarted.agent.finish_catch_up() == 0  # once
+            restarted.feed(sent)
+            assert restarted.replay().timelines.states() == {str(SEG.id): "offline"}
+        finally:
+            store.close()
