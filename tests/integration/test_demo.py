@@ -27,6 +27,7 @@ from events.schema import Instant
 from events.topics import DEFAULT_PREFIX, TOPIC_SPECS
 from streaming.admin import create_topics
 from streaming.producer import EventProducer
+from tests.integration.processes import watermarks
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 SEGCOORD = str(Path(sys.executable).parent / "segcoord")
@@ -38,7 +39,7 @@ def ends(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], int]:
         out = {}
         for topic in topics:
             for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
-                out[(topic, p)] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                out[(topic, p)] = watermarks(consumer, TopicPartition(topic, p), timeout=10)[1]
         return out
     finally:
         consumer.close()

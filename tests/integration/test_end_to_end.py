@@ -75,7 +75,7 @@ class Watcher:
         last = [c.event.to_state for c in self.changes if c.event.segment_id == segment_id]
         return last[-1] if last else None
 
-    def until(self, what: str, service: PlanService, cond, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    def until(self, what: str, service: PlanService, cond, timeout: float = 180.0) -> None:  # type: ignore[no-untyped-def]
         def step() -> bool:
             self.pump()
             return bool(cond())
@@ -150,7 +150,7 @@ def test_end_to_end(kafka_bootstrap: str, topics: Topics, tmp_path: Path) -> Non
             # the planner marks the overshadowed segments unused and the historicals drop them
             watcher.until("only the new version left", service,
                           lambda: watcher.state(v2) == "visible"
-                          and all(watcher.state(s) == "absent" for s in [*v1, c1]), timeout=40)
+                          and all(watcher.state(s) == "absent" for s in [*v1, c1]), timeout=180)
             assert watcher.served() == [v2]
             assert watcher.checks > len(watcher.changes) > 8
             time.sleep(1.0)

@@ -33,6 +33,7 @@ from streaming.local_broker import LocalBroker
 from streaming.producer import EventProducer, ProduceError
 from streaming.task_client import TaskClient
 from streaming.writes import submit
+from tests.integration.processes import watermarks
 from tests.integration.test_service_planner import Historicals, PlanService
 from tests.integration.test_service_timeline import T0, wait_for
 
@@ -59,7 +60,7 @@ def values(bootstrap: str, settings: dict[str, str], topic: str) -> list[bytes]:
     consumer = Consumer({"bootstrap.servers": bootstrap, **settings, "group.id": f"read-{uuid.uuid4().hex}",
                          "enable.auto.commit": False})
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)
+        low, high = watermarks(consumer, TopicPartition(topic, 0), timeout=15)
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         out: list[bytes] = []
         deadline = time.monotonic() + 30

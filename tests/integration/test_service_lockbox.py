@@ -327,7 +327,7 @@ def test_kill_9_restarts_mid_stream_lose_and_duplicate_nothing(kafka_bootstrap: 
                 producer.send(item)
         producer.flush()
 
-    flow = Flow(chunks, send, seconds=sum(pauses) + 3 * 1.5 + 3.0, reserve=3)
+    flow = Flow(chunks, send, seconds=sum(pauses) + 3 * 1.5 + 3.0, reserve=5)
     service = Service(kafka_bootstrap, topics, tmp_path / "state", tmp_path / "run.log")
     flow.start()
     kills_while_flowing = 0

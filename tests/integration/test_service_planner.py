@@ -32,6 +32,7 @@ from streaming.service.planner_agent import FORMAT_VERSION, STORE_NAME, load_sta
 from streaming.service.state import AgentStateStore
 from streaming.writes import coordinator_group
 from tests.accepted import import_request
+from tests.integration.processes import watermarks
 from tests.integration.test_service_timeline import SEGCOORD, T0, Service, read_all, wait_for
 
 pytestmark = pytest.mark.integration
@@ -82,7 +83,7 @@ def planner_read_all(bootstrap: str, topics: Topics) -> bool:
         for name in (SEGMENTS, CLUSTER, COMMANDS):
             topic = topics.name(name)
             for p in c.list_topics(topic, timeout=10).topics[topic].partitions:
-                end = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                end = watermarks(c, TopicPartition(topic, p), timeout=10)[1]
                 if end > 0 and c.committed([TopicPartition(topic, p)], timeout=10)[0].offset < end:
                     return False
         return True

@@ -54,6 +54,7 @@ from streaming.service.intake import InputRecord
 from streaming.service.planner_agent import FAULT_ENV, FORMAT_VERSION, STORE_NAME, PlannerAgent
 from streaming.service.state import AgentStateStore
 from tests.accepted import import_request
+from tests.integration.processes import watermarks
 from tests.integration.test_service_planner import Historicals, PlanService, planner_read_all, send
 from tests.integration.test_service_timeline import T0, wait_for
 
@@ -75,7 +76,7 @@ def read_records(bootstrap: str, topic: str, ends: dict[int, int] | None = None)
     try:
         parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
         if ends is None:
-            ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+            ends = {p: watermarks(c, TopicPartition(topic, p), timeout=10)[1] for p in parts}
         out: dict[int, list[InputRecord]] = {p: [] for p in parts}
         pending = {p for p in parts if ends.get(p, 0) > 0}
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in pending])

@@ -147,18 +147,29 @@ class Service(SegcoordProcess):
 
 
 class Flow:
-    """A paced producer thread that holds back its last ``reserve`` chunks until :meth:`kills_done`, so every
-    kill of :func:`kill_and_restart` lands while the stream still flows, however slow the restarts are."""
+    """A paced producer thread that holds back its last ``reserve`` chunks. Once it reaches them, each
+    :meth:`release` lets one go, so every start of :func:`kill_and_restart` has new input to work on however
+    slow the restarts are (on a loaded machine the paced part can end after a few kills); :meth:`kills_done`
+    lets the rest go. With ``reserve`` above the number of kills, every kill lands while the stream flows."""
 
     def __init__(self, chunks: list[Any], send: Callable[[Any], None], seconds: float, reserve: int) -> None:
         self._done = threading.Event()
+        self._holding = threading.Event()
+        self._go = threading.Semaphore(0)
+        self._sent = threading.Semaphore(0)
 
         def produce() -> None:
             for i, chunk in enumerate(chunks):
-                if i == len(chunks) - reserve:
-                    self._done.wait(600)
+                held = i >= len(chunks) - reserve
+                if held:
+                    self._holding.set()
+                    while not self._done.is_set() and not self._go.acquire(timeout=0.2):
+                        pass
                 send(chunk)
-                time.sleep(seconds / len(chunks))
+                if held:
+                    self._sent.release()
+                else:
+                    time.sleep(seconds / len(chunks))
 
         self.thread = threading.Thread(target=produce, name="produce")
 
@@ -167,6 +178,12 @@ class Flow:
 
     def alive(self) -> bool:
         return self.thread.is_alive()
+
+    def release(self) -> None:
+        """Once the paced part is over, send one held-back chunk and return when it is flushed."""
+        if self._holding.is_set() and not self._done.is_set():
+            self._go.release()
+            self._sent.acquire(timeout=120)
 
     def kills_done(self) -> None:
         self._done.set()
@@ -188,7 +205,9 @@ def kill_and_restart(service: Service, pauses: list[float], flow: Flow,
     for starts, pause in enumerate(pauses, start=1):
         service.loaded(starts)
         if progress is not None:
-            wait_for(f"start {starts} to commit work", _worked(progress), service, 120)
+            worked = _worked(progress)
+            flow.release()  # new input for this start, sent after its committed position was read
+            wait_for(f"start {starts} to commit work", worked, service, 120)
         time.sleep(pause)
         kills_while_flowing += flow.alive()
         service.kill()
@@ -426,7 +445,7 @@ def test_crash_recovery_sigkill_at_20_points_equals_pure_fold(kafka_bootstrap: s
         producer.flush()
 
     # each restart also loads its state before its pause starts: about 1.5 s more per kill
-    flow = Flow(chunks, send, seconds=sum(pauses) + 20 * 1.5, reserve=10)
+    flow = Flow(chunks, send, seconds=sum(pauses) + 20 * 1.5, reserve=25)
     service = Service(kafka_bootstrap, topics, tmp_path / "state", tmp_path / "run.log")
     flow.start()
     kills_while_flowing = 0

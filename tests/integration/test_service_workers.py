@@ -42,7 +42,7 @@ from streaming.service.election import HEADER
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import FORMAT_VERSION, STORE_NAME
 from tests.accepted import import_request
-from tests.integration.processes import SEGCOORD, SegcoordProcess, wait_for
+from tests.integration.processes import SEGCOORD, SegcoordProcess, wait_for, watermarks
 from tests.integration.test_service_lockbox import dedup, request_stream
 from tests.integration.test_service_lockbox import pure_fold as lockbox_fold
 from tests.integration.test_service_planner import Historicals, send
@@ -89,7 +89,7 @@ def command_epochs(bootstrap: str, topics: Topics) -> dict[int, list[tuple[str, 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}", "enable.auto.commit": False})
     try:
         parts = sorted(c.list_topics(name, timeout=10).topics[name].partitions)
-        ends = {p: c.get_watermark_offsets(TopicPartition(name, p), timeout=10)[1] for p in parts}
+        ends = {p: watermarks(c, TopicPartition(name, p), timeout=10)[1] for p in parts}
         c.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in parts if ends[p] > 0])
         out: dict[int, list[tuple[str, int]]] = {p: [] for p in parts}
         deadline = time.monotonic() + 30

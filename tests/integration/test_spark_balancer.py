@@ -38,6 +38,7 @@ from events.topics import COMMANDS
 from streaming.balancer import job
 from streaming.consumer import EventConsumer
 from streaming.producer import EventProducer
+from tests.integration.processes import watermarks
 from tests.unit.balancer.balancer_events import T0, TIER, ClusterSpec, Executor
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -56,7 +57,7 @@ def read_commands(bootstrap: str, topics: Topics) -> list[Envelope[Event]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}",
                          "enable.auto.commit": False})
     try:
-        _low, high = consumer.get_watermark_offsets(TopicPartition(name, 0), timeout=30)
+        _low, high = watermarks(consumer, TopicPartition(name, 0), timeout=30)
         consumer.assign([TopicPartition(name, 0, OFFSET_BEGINNING)])
         out: list[Envelope[Event]] = []
         last = -1
