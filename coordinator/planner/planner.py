@@ -147,7 +147,8 @@ class _Run:
         self.moves_made: Counter[str] = Counter()  # balancing moves per tier
         self.drained: Counter[str] = Counter()  # moves off decommissioning servers per tier
         self._budgets: dict[str, tuple[int, int]] | None = None  # tier -> (maxSegmentsToMove, drains reserved)
-        self.cursor: dict[str, int] = {}
+        self.cursor: dict[str, int] = {}  # round robin: tier -> next position for a first copy (see rotation)
+        self._rr_order: dict[str, dict[str, int]] = {}  # round robin: tier -> server -> position in the tier
         self.to_be_balanced: dict[str, list[SegmentId]] = {}
         self.visited: dict[str, set[SegmentId]] = {}
         self.compute_cost = compute_cost
@@ -206,13 +207,18 @@ class _Run:
     def pick(self, sid: SegmentId, tier: str, purpose: Purpose, share: float | None, relative: bool) -> str | None:
         """A server of the tier for one more copy: round robin (Druid's default) or the cheapest of the top B."""
         all_names = self.p.tiers.get(tier, [])
-        if self.limits.use_round_robin:  # the next server from the tier's cursor that can take it
-            start = self.cursor.get(tier, 0)
+        if self.limits.use_round_robin:  # the next server that can take it, from the copies or the tier's cursor
+            after = self.after_copies(sid, tier, all_names)
+            start = after if after is not None else self.cursor.get(tier)
+            if start is None:
+                start = self.rotation(tier, all_names)
             for k in range(len(all_names)):
                 i = (start + k) % len(all_names)
                 n = all_names[i]
                 if self.can_take(n, sid) and self.room(n, purpose, share, relative):
-                    self.cursor[tier] = (i + 1) % len(all_names)
+                    if after is None:  # the segment's first copy in the tier: its replicas take the next servers
+                        want = self.target_of(sid).replicants.get(tier, 1)
+                        self.cursor[tier] = (i + max(1, want)) % len(all_names)
                     return n
             return None
         names = [n for n in all_names if self.can_take(n, sid)]
@@ -226,6 +232,32 @@ class _Run:
             if self.room(n, purpose, share, relative):
                 return n
         return None
+
+    def rotation(self, tier: str, names: Sequence[str]) -> int:
+        """Where round robin starts in a run for a segment with no copy in the tier: the copies loaded or queued
+        on the tier's servers, modulo their number. Druid's cursor lives across one run (every segment); ours
+        must also live across runs (an incremental run plans one publish), so it is derived from the fold
+        instead of restarting at the first server (which sent every load of a 2-replica rule on 3 servers to
+        the first two): every load adds one copy, so the count moves on as a cursor kept forever would. A pure
+        function of the state (same log, same loads); O(servers of the tier), once per tier and run."""
+        loaded, loading = self.p.loaded, self.p.loading
+        copies = sum(len(loaded.get(n, ())) + len(loading.get(n, ())) for n in names)
+        return copies % len(names) if names else 0
+
+    def after_copies(self, sid: SegmentId, tier: str, names: Sequence[str]) -> int | None:
+        """Where round robin starts for another copy of a segment the tier already holds or loads: just after the
+        last of its servers in the tier's order (None: no copy there). A segment's copies take consecutive
+        servers from its first, as one cursor gives them when a run plans one segment; a run that places many
+        first copies before their replicas (stage 1, then 3-4) would otherwise hand the replicas a shared cursor
+        that skips each segment's own server, the same servers on every run of that shape."""
+        holders, pending = self.p.holders.get(sid), self.p.pending.get(sid)
+        if not holders and not pending:
+            return None
+        order = self._rr_order.get(tier)
+        if order is None:
+            order = self._rr_order[tier] = {n: i for i, n in enumerate(names)}
+        last = max((order[n] for group in (holders, pending) if group for n in group if n in order), default=None)
+        return None if last is None else last + 1
 
     def server_costs(self, tier: str, sid: SegmentId, names: Sequence[str],
                      bar_for: Sequence[str] = ()) -> dict[str, float]:

@@ -148,12 +148,14 @@ def run(args: argparse.Namespace, bootstrap: str) -> int:
     if os.environ.get("PYSPARK_GATEWAY_PORT") and not args.master:  # under spark-submit: its master and jars
         from pyspark.sql import SparkSession
 
-        from streaming.spark import ROCKSDB_STATE_STORE
+        from streaming.spark import STATE_STORE_CONF
 
-        spark = (SparkSession.builder.appName("segcoord-balancer")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_STATE_STORE)
-                 .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+        builder = (SparkSession.builder.appName("segcoord-balancer")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.session.timeZone", "UTC"))
+        for key, value in STATE_STORE_CONF.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
     else:
         spark = local_spark("segcoord-balancer", **({"master": args.master} if args.master else {}))
     query = start(spark, bootstrap, topics, checkpoint, tiers=args.tiers or DEFAULT_TIERS,

@@ -29,7 +29,8 @@ instead (see :mod:`streaming.balancer.batch` for why).
 about 15k entry updates and 25k iterated entries per second), so the first batch of
 a big cluster (every announce is two writes) and a cold restore are the slow ones; a
 rolling batch looks up and writes only the entries of the records it folds and the
-moves it makes.
+moves it makes, and the state store commits a changelog of those writes
+(:data:`streaming.spark.STATE_STORE_CONF`), not a snapshot of the whole state.
 """
 
 from __future__ import annotations
