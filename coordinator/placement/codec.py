@@ -11,7 +11,7 @@ Families and values (JSON, UTF-8):
 | ``epoch`` | server name | the latest planner epoch it was commanded in (decimal) |
 | ``q`` | command id | the command in flight (:meth:`InFlight.to_json`) |
 | ``ans`` | command id | the id text of the segment it belongs to: settled, never in flight again |
-| ``gone`` | segment id text | the event time (ms, decimal) the segment was forgotten: its ``ans`` ids are kept until the window expires it (:mod:`coordinator.placement.settled`) |
+| ``gone`` | segment id text | the event time (ms, decimal) it was forgotten (its ``ans`` ids are kept for the window) |
 | ``rules`` | data source | its rules, as set |
 | ``config`` | ``""`` | the dynamic config keys set so far (merged) |
 | ``meta`` | ``""`` | ``{"start", "lastEventAt"}`` plus whatever the adapter adds |
@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS, InFlight, ServerFacts
-from coordinator.placement.settled import SettledWindow
+from coordinator.placement.settled import DEFAULT_WINDOW, SettledWindow
 from coordinator.placement.state import PlacementState
 from events.schema import decode_record, encode_record
 from events.segment import SegmentDescriptor, SegmentId
@@ -111,7 +111,7 @@ def entries(state: PlacementState, meta: dict[str, Any] | None = None) -> list[E
 def restore(stored: Iterable[tuple[str, str, bytes]], load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS,
             settled_before: Callable[[str], bool] | None = None,
             settled_of: Callable[[str], Iterable[str]] | None = None,
-            window: SettledWindow | None = SettledWindow()) -> tuple[PlacementState, dict[str, Any]]:
+            window: SettledWindow | None = DEFAULT_WINDOW) -> tuple[PlacementState, dict[str, Any]]:
     """The state the entries describe, and the meta entry's contents. Entries may come in any order.
     ``settled_before`` / ``settled_of``: the adapter's lookups of its stored ``ans`` ids (by id, by segment)."""
     by_family: dict[str, list[tuple[str, bytes]]] = {f: [] for f in FAMILIES}

@@ -58,3 +58,6 @@ class SettledWindow:
     def expired(self, gone_at: int, latest: int, kept: int) -> bool:
         """Whether the oldest of ``kept`` tombstones, gone at ``gone_at``, expires at event time ``latest``."""
         return latest - gone_at > self.max_age_ms or kept > self.max_segments
+
+
+DEFAULT_WINDOW = SettledWindow()  # 7 days of event time, 100,000 gone segments

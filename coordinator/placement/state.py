@@ -60,7 +60,7 @@ from sortedcontainers import SortedList
 from coordinator.placement import fence
 from coordinator.placement.projected import Projected, QueueItem, command_id
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS, InFlight, ServerFacts
-from coordinator.placement.settled import SettledWindow
+from coordinator.placement.settled import DEFAULT_WINDOW, SettledWindow
 from coordinator.rules.dynamic_config import DynamicConfig
 from coordinator.rules.ruleset import RuleSet, parse_rules
 from events.cluster import (
@@ -128,7 +128,7 @@ class PlacementState(Projected):
     """The placement fold's state; mutable, folded in place by :meth:`evolve` (see the module docstring)."""
 
     def __init__(self, load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS,
-                 window: SettledWindow | None = SettledWindow()) -> None:
+                 window: SettledWindow | None = DEFAULT_WINDOW) -> None:
         super().__init__()
         self.load_timeout_ms = load_timeout_ms
         self.window = window  # None: settled ids are never forgotten (coordinator.placement.settled)

@@ -134,7 +134,7 @@ from coordinator.placement.liveness import (
 )
 from coordinator.placement.projected import command_id
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS
-from coordinator.placement.settled import SettledWindow
+from coordinator.placement.settled import DEFAULT_WINDOW, SettledWindow
 from coordinator.placement.state import PlacementState, Touched
 from coordinator.planner.balancing import DEFAULT_PERIOD_MS, DEFAULT_SLICE_DRAWS, BalancingRun
 from coordinator.planner.planner import FULL_RUN_EVERY_MS, Plan, PlanCommand, plan_state
@@ -164,7 +164,7 @@ def _key(family: str, key: str) -> bytes:
 
 
 def load_state(store: AgentStateStore, load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS,
-               window: SettledWindow | None = SettledWindow()) -> PlacementState:
+               window: SettledWindow | None = DEFAULT_WINDOW) -> PlacementState:
     """The placement state as last committed (empty store: a fresh cluster)."""
     return _load(store, load_timeout_ms, window)[0]
 
@@ -201,7 +201,7 @@ class PlannerAgent:
                  load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS, *, balancing: bool = True,
                  incremental: bool = True, server_timeout_ms: int = DEFAULT_SERVER_TIMEOUT_MS,
                  period_ms: int = DEFAULT_PERIOD_MS, slice_draws: int = DEFAULT_SLICE_DRAWS,
-                 publish_key: bytes | None = None, settled_window: SettledWindow | None = SettledWindow()) -> None:
+                 publish_key: bytes | None = None, settled_window: SettledWindow | None = DEFAULT_WINDOW) -> None:
         if period_ms < 1 or slice_draws < 1:
             raise ValueError(f"period_ms and slice_draws: at least 1, got {period_ms} and {slice_draws}")
         self.store = store
