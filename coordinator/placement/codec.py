@@ -83,7 +83,9 @@ def value(state: PlacementState, family: str, key: str, meta: dict[str, Any] | N
 def changed(state: PlacementState, meta: dict[str, Any] | None = None) -> list[Entry]:
     """The entries the fold changed since the last call (sorted), then the meta entry; clears the dirty set and
     the in-memory settled ids (the adapter stores them now and looks them up later; an ``ans`` entry with the
-    value None is a settled id the window forgot: the adapter deletes it)."""
+    value None is a settled id the window forgot: the adapter deletes it). Tombstones a plan's decisions left
+    past the window expire first, so what is stored is within the window."""
+    state.expire_window()
     out = [(family, key, value(state, family, key)) for family, key in sorted(state.dirty)]
     out.append(("meta", "", value(state, "meta", "", meta)))
     state.dirty.clear()

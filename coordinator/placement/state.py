@@ -159,7 +159,7 @@ class PlacementState(Projected):
         # that is not joined changes none), so the fold forgets the same segments whatever the order of events
         self._forget(touched.segments | self.released)
         self.released = set()
-        self._expire_gone()
+        self.expire_window()
         return touched
 
     def evolve_all(self, envelopes: Iterable[Envelope[Event]]) -> Touched:
@@ -356,7 +356,7 @@ class PlacementState(Projected):
         touched = Touched(segments=self.touched_segments, trigger=bool(self.touched_segments))
         self.touched_segments = set()
         self._forget(settled)  # as an answer's event would: an unused segment with nothing left in flight goes
-        self._expire_gone()
+        self.expire_window()
         return touched
 
     def _forget(self, sids: Iterable[SegmentId]) -> None:
@@ -395,8 +395,9 @@ class PlacementState(Projected):
                 self.dirty.add(("gone", text))
         super().learn(seg, used)
 
-    def _expire_gone(self) -> None:
-        """Expire the oldest tombstones past the window: their segments' settled ids are forgotten."""
+    def expire_window(self) -> None:
+        """Expire the oldest tombstones past the window: their segments' settled ids are forgotten. The fold calls
+        it after every event and timeout run, :func:`coordinator.placement.codec.changed` after a plan's decisions."""
         window, order = self.window, self.gone_order
         if window is None:
             return
