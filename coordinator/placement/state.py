@@ -39,6 +39,8 @@
   ``DynamicConfigSet``: merged into the current config (keys not given keep their values).
 - :meth:`PlacementState.expire`: commands sent more than the load timeout ago (event time)
   are settled.
+- Settled ids name their segment; a segment's are kept while it is known and for the window after it is
+  forgotten (``gone`` tombstones, :mod:`coordinator.placement.settled`), then forgotten.
 
 **Touched** names what changed for planning: the segments whose projection or
 used flag changed, the servers whose facts changed, the data sources whose rules

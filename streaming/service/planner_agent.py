@@ -75,8 +75,8 @@ why: ``command_id(kind, server, segment, n)`` (blake2b) with kind ``load``, or
 ``move`` with the source server added, or ``drop``, where ``n`` is the first
 count whose id the agent does not know yet (known: in its queue, or settled
 in its store or in the batch being built; every command the agent sends or reads
-back on ``commands`` is one or the other until the end of time, as settled ids are
-never forgotten). So the same decision gets the same id until a command with that
+back on ``commands`` is one or the other while its segment is known and for the
+settled-id window after, :mod:`coordinator.placement.settled`). So the same decision gets the same id until a command with that
 id has been sent and taken into the state, and after that a repeat of the
 decision (a load after its copy was dropped, a retry after a timeout) gets the
 next ``n``. A move's drop half is ``command_id("move-drop", moveId)``; a cancel is
