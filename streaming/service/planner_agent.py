@@ -76,12 +76,12 @@ why: ``command_id(kind, server, segment, n)`` (blake2b) with kind ``load``, or
 count whose id the agent does not know yet (known: in its queue, or settled
 in its store or in the batch being built; every command the agent sends or reads
 back on ``commands`` is one or the other while its segment is known and for the
-settled-id window after, :mod:`coordinator.placement.settled`). So the same decision gets the same id until a command with that
-id has been sent and taken into the state, and after that a repeat of the
-decision (a load after its copy was dropped, a retry after a timeout) gets the
-next ``n``. A move's drop half is ``command_id("move-drop", moveId)``; a cancel is
-``command_id("cancel", cancels)`` (one cancel per load), or counted like the
-others when it names no load. The ``moveId`` is the id of the load half.
+settled-id window after, :mod:`coordinator.placement.settled`). So the same
+decision gets the same id until a command with that id has been sent and taken
+into the state, and after that a repeat of the decision (a load after its copy
+was dropped, a retry after a timeout) gets the next ``n``. A move's drop half is
+``command_id("move-drop", moveId)``; a cancel is ``command_id("cancel", cancels)``
+(one cancel per load), or counted like the others when it names no load. The ``moveId`` is the id of the load half.
 Stage, reason, ``occurred_at`` and causation are explanation, not identity:
 two emissions under one id may differ in them (a re-plan after a crash can reach
 the same decision in another stage); receivers keep the first copy. An id is
