@@ -149,3 +149,17 @@ def test_a_windowed_planner_emits_what_an_unbounded_one_does(
             back_a = [log_a.append(env) for env in out_a]
             back_b = [log_b.append(env) for env in out_b]
     event(f"batches compared after ids were forgotten: {min(compared, 4)}{'+' if compared >= 4 else ''}")
+
+
+def test_the_stored_settled_ids_stay_flat_over_a_long_retention_run() -> None:
+    """Publish, load, retire and drop one segment a minute (bench.settled_window): without the window the stored
+    settled ids grow with every command; with a 30-minute window they stop growing once the window is full, and
+    both runs decide the same commands under the same ids."""
+    from bench.settled_window import run
+
+    _, unbounded, all_ids = run(400, 50, 60_000, None)
+    _, windowed, win_ids = run(400, 50, 60_000, SettledWindow(30 * 60_000, 1000))
+    assert win_ids == all_ids
+    assert [n for _, n, _ in unbounded] == sorted({n for _, n, _ in unbounded}), "grows at every sample"
+    assert windowed[1][1:] == windowed[2][1:] == windowed[3][1:]  # flat: settled ids and tombstones
+    assert windowed[3][1] < unbounded[3][1] / 4
