@@ -539,12 +539,14 @@ class Projected:
             del self.settled_ids[segment]
 
     def forget_settled(self, cid: str) -> None:
-        """The id is no longer settled: out of this batch's ids, and the adapter deletes its stored one."""
+        """The id is no longer settled: out of this batch's ids, and the adapter deletes its stored one (an
+        adapter that stores none, replay or a historical's view, remembers nothing of it)."""
         self.settled.discard(cid)
         segment = self.settled_seg.pop(cid, None)
         if segment is not None:
             self._unsettle_seg(cid, segment)
-        self.forgotten.add(cid)
+        if self.settled_before(cid):
+            self.forgotten.add(cid)
         self.dirty.add(("ans", cid))
 
     def stored_settled(self) -> None:
