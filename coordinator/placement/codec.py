@@ -10,7 +10,8 @@ Families and values (JSON, UTF-8):
 | ``heard`` | server name | the event time (ms, decimal) it was last heard of |
 | ``epoch`` | server name | the latest planner epoch it was commanded in (decimal) |
 | ``q`` | command id | the command in flight (:meth:`InFlight.to_json`) |
-| ``ans`` | command id | ``""``: settled, never in flight again |
+| ``ans`` | command id | the id text of the segment it belongs to: settled, never in flight again |
+| ``gone`` | segment id text | the event time (ms, decimal) it was forgotten (its ``ans`` ids are kept for the window) |
 | ``rules`` | data source | its rules, as set |
 | ``config`` | ``""`` | the dynamic config keys set so far (merged) |
 | ``meta`` | ``""`` | ``{"start", "lastEventAt"}`` plus whatever the adapter adds |
@@ -18,7 +19,8 @@ Families and values (JSON, UTF-8):
 **Invariant.** ``restore(entries(state))`` folds to a state equal to ``state`` (facts and every derived
 index); the adapters write exactly :func:`changed` after each batch (what the fold marked dirty), so the
 stored entries always equal :func:`entries` of the state. Settled ids are written once and then
-looked up, not kept in memory (``PlacementState.settled_before``).
+looked up, not kept in memory (``PlacementState.settled_before``; ``PlacementState.settled_of`` lists a
+segment's, for the window to delete them: an ``ans`` entry whose value is None).
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ from typing import Any
 import orjson
 
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS, InFlight, ServerFacts
+from coordinator.placement.settled import DEFAULT_WINDOW, SettledWindow
 from coordinator.placement.state import PlacementState
 from events.schema import decode_record, encode_record
 from events.segment import SegmentDescriptor, SegmentId
 
 Entry = tuple[str, str, bytes | None]
-FAMILIES = ("seg", "srv", "heard", "epoch", "held", "q", "ans", "rules", "config", "meta")
+FAMILIES = ("seg", "srv", "heard", "epoch", "held", "q", "ans", "gone", "rules", "config", "meta")
 
 
 def value(state: PlacementState, family: str, key: str, meta: dict[str, Any] | None = None) -> bytes | None:
@@ -62,7 +65,11 @@ def value(state: PlacementState, family: str, key: str, meta: dict[str, Any] | N
         item = state.queue.get(key)
         return None if item is None else orjson.dumps(item.to_json())
     if family == "ans":
-        return b""
+        segment = state.settled_seg.get(key)
+        return None if segment is None else segment.encode()
+    if family == "gone":
+        at = state.gone.get(key)
+        return None if at is None else str(at).encode()
     if family == "rules":
         raw = state.rules_json.get(key)
         return None if raw is None else orjson.dumps(raw)
@@ -75,11 +82,14 @@ def value(state: PlacementState, family: str, key: str, meta: dict[str, Any] | N
 
 def changed(state: PlacementState, meta: dict[str, Any] | None = None) -> list[Entry]:
     """The entries the fold changed since the last call (sorted), then the meta entry; clears the dirty set and
-    the in-memory settled ids (the adapter stores them now and looks them up later)."""
+    the in-memory settled ids (the adapter stores them now and looks them up later; an ``ans`` entry with the
+    value None is a settled id the window forgot: the adapter deletes it). Tombstones a plan's decisions left
+    past the window expire first, so what is stored is within the window."""
+    state.expire_window()
     out = [(family, key, value(state, family, key)) for family, key in sorted(state.dirty)]
     out.append(("meta", "", value(state, "meta", "", meta)))
     state.dirty.clear()
-    state.settled.clear()
+    state.stored_settled()
     return out
 
 
@@ -91,6 +101,7 @@ def entries(state: PlacementState, meta: dict[str, Any] | None = None) -> list[E
     keys += [("epoch", n) for n in state.epochs]
     keys += [("held", f"{n}\x00{s}") for n, held in state.held.items() for s in held]
     keys += [("q", c) for c in state.queue]
+    keys += [("gone", text) for text in state.gone]
     keys += [("rules", ds) for ds in state.rules_json]
     if state.config_json:
         keys.append(("config", ""))
@@ -100,12 +111,15 @@ def entries(state: PlacementState, meta: dict[str, Any] | None = None) -> list[E
 
 
 def restore(stored: Iterable[tuple[str, str, bytes]], load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS,
-            settled_before: Callable[[str], bool] | None = None) -> tuple[PlacementState, dict[str, Any]]:
-    """The state the entries describe, and the meta entry's contents. Entries may come in any order."""
+            settled_before: Callable[[str], bool] | None = None,
+            settled_of: Callable[[str], Iterable[str]] | None = None,
+            window: SettledWindow | None = DEFAULT_WINDOW) -> tuple[PlacementState, dict[str, Any]]:
+    """The state the entries describe, and the meta entry's contents. Entries may come in any order.
+    ``settled_before`` / ``settled_of``: the adapter's lookups of its stored ``ans`` ids (by id, by segment)."""
     by_family: dict[str, list[tuple[str, bytes]]] = {f: [] for f in FAMILIES}
     for family, key, raw in stored:
         by_family[family].append((key, raw))
-    st = PlacementState(load_timeout_ms)
+    st = PlacementState(load_timeout_ms, window)
     for key, raw in sorted(by_family["seg"]):
         o = orjson.loads(raw)
         seg = decode_record(SegmentDescriptor, o["segment"], "segment")
@@ -122,6 +136,8 @@ def restore(stored: Iterable[tuple[str, str, bytes]], load_timeout_ms: int = DEF
         st.last_heard[key] = int(raw)
     for key, raw in sorted(by_family["epoch"]):
         st.epochs[key] = int(raw)
+    for key, raw in sorted(by_family["gone"]):
+        st.bury(key, int(raw))
     for key, _raw in sorted(by_family["held"]):
         server, _, text = key.partition("\x00")
         st.hold(server, _segment_id(st, text), True)
@@ -133,10 +149,12 @@ def restore(stored: Iterable[tuple[str, str, bytes]], load_timeout_ms: int = DEF
         meta = orjson.loads(raw)
         st.start, st.last_event_at = meta.pop("start"), meta.pop("lastEventAt")
     st.dirty.clear()
-    st.settled.clear()
+    st.stored_settled()
     st.touched_segments = set()
     if settled_before is not None:
         st.settled_before = settled_before
+    if settled_of is not None:
+        st.settled_of = settled_of
     return st, meta
 
 

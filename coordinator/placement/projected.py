@@ -144,7 +144,12 @@ class Projected:
         self.by_move: dict[str, set[str]] = {}
         self.in_flight: Counter[SegmentId] = Counter()
         self.settled: set[str] = set()  # settled ids not yet handed to an adapter's store
+        self.settled_seg: dict[str, str] = {}  # of those, the segment (id text) each belongs to
+        self.settled_ids: dict[str, set[str]] = {}  # and the reverse: segment id text -> those ids
         self.settled_before: Callable[[str], bool] = lambda _cid: False  # an adapter's store of older ones
+        # the adapter's stored settled ids of one segment (id text); the window forgets them (settled.py)
+        self.settled_of: Callable[[str], Iterable[str]] = lambda _text: ()
+        self.forgotten: set[str] = set()  # settled ids forgotten since the adapter last stored (it deletes them)
         self.config_decommissioning: frozenset[str] = frozenset()
         # derived
         self._pairs: dict[Pair, _Derived] = {}
@@ -294,8 +299,12 @@ class Projected:
         return dict(zip(index.servers, index.costs_of(seg).tolist(), strict=True))
 
     def known_command(self, cid: str) -> bool:
-        """Whether a command with this id was sent or read back: in flight, or settled."""
-        return cid in self.queue or cid in self.settled or self.settled_before(cid)
+        """Whether a command with this id was sent or read back: in flight, or settled (and not forgotten)."""
+        return cid in self.queue or self.known_settled(cid)
+
+    def known_settled(self, cid: str) -> bool:
+        """Whether the id is settled: in this batch, or in the adapter's store and not forgotten since."""
+        return cid in self.settled or (cid not in self.forgotten and self.settled_before(cid))
 
     def fresh_command_id(self, *content: str) -> str:
         """The id of the next command of this content: ``n`` is the first count no known command holds."""
@@ -461,12 +470,24 @@ class Projected:
             self._refresh(old.server, old.segment)
         self._refresh(item.server, item.segment)
 
-    def settle(self, cid: str) -> InFlight | None:
-        """The command is answered (or withdrawn, or timed out): out of flight, its id known for ever."""
+    def settle(self, cid: str, segment: str) -> InFlight | None:
+        """The command is answered (or withdrawn, or timed out): out of flight, its id known while its segment
+        is (``segment``: the segment's id text, unless the command is in flight: then its own segment's) and for
+        the window after (:mod:`coordinator.placement.settled`)."""
         item = self._unindex(cid)
+        if item is not None:
+            segment = str(item.segment)
         if cid not in self.settled:
             self.settled.add(cid)
             self.dirty.add(("ans", cid))
+        self.forgotten.discard(cid)
+        old = self.settled_seg.get(cid)
+        if old != segment:
+            if old is not None:
+                self._unsettle_seg(cid, old)
+            self.settled_seg[cid] = segment
+            self.settled_ids.setdefault(segment, set()).add(cid)
+        self.settled_for(segment)
         self.dirty.add(("q", cid))
         if item is not None:
             self._refresh(item.server, item.segment)
@@ -509,7 +530,34 @@ class Projected:
 
     def settle_matching(self, name: str, sid: SegmentId, action: str) -> None:
         for cid in self.queued_at(name, sid, action):
-            self.settle(cid)
+            self.settle(cid, str(sid))
+
+    def settled_for(self, segment: str) -> None:
+        """An id of ``segment`` was settled (the fold adds the window's bookkeeping)."""
+
+    def _unsettle_seg(self, cid: str, segment: str) -> None:
+        ids = self.settled_ids[segment]
+        ids.discard(cid)
+        if not ids:
+            del self.settled_ids[segment]
+
+    def forget_settled(self, cid: str) -> None:
+        """The id is no longer settled: out of this batch's ids, and the adapter deletes its stored one (an
+        adapter that stores none, replay or a historical's view, remembers nothing of it)."""
+        self.settled.discard(cid)
+        segment = self.settled_seg.pop(cid, None)
+        if segment is not None:
+            self._unsettle_seg(cid, segment)
+        if self.settled_before(cid):
+            self.forgotten.add(cid)
+        self.dirty.add(("ans", cid))
+
+    def stored_settled(self) -> None:
+        """The adapter stored this batch's settled ids and deleted the forgotten ones: both are its now."""
+        self.settled.clear()
+        self.settled_seg.clear()
+        self.settled_ids.clear()
+        self.forgotten.clear()
 
     # -- the projection ----------------------------------------------------------------------------
     def _derive(self, name: str, sid: SegmentId) -> _Derived | None:

@@ -39,6 +39,8 @@
   ``DynamicConfigSet``: merged into the current config (keys not given keep their values).
 - :meth:`PlacementState.expire`: commands sent more than the load timeout ago (event time)
   are settled.
+- Settled ids name their segment; a segment's are kept while it is known and for the window after it is
+  forgotten (``gone`` tombstones, :mod:`coordinator.placement.settled`), then forgotten.
 
 **Touched** names what changed for planning: the segments whose projection or
 used flag changed, the servers whose facts changed, the data sources whose rules
@@ -55,9 +57,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sortedcontainers import SortedList
+
 from coordinator.placement import fence
 from coordinator.placement.projected import Projected, QueueItem, command_id
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS, InFlight, ServerFacts
+from coordinator.placement.settled import DEFAULT_WINDOW, SettledWindow
 from coordinator.rules.dynamic_config import DynamicConfig
 from coordinator.rules.ruleset import RuleSet, parse_rules
 from events.cluster import (
@@ -129,9 +134,15 @@ _FACTS_ONLY = (SegmentAnnounced, SegmentUnannounced, SegmentLoadRefused, LoadSeg
 class PlacementState(Projected):
     """The placement fold's state; mutable, folded in place by :meth:`evolve` (see the module docstring)."""
 
-    def __init__(self, load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS) -> None:
+    def __init__(self, load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS,
+                 window: SettledWindow | None = DEFAULT_WINDOW) -> None:
         super().__init__()
         self.load_timeout_ms = load_timeout_ms
+        self.window = window  # None: settled ids are never forgotten (coordinator.placement.settled)
+        # segment id text -> event time it was forgotten: its settled ids are kept until it expires; the same
+        # tombstones in expiry order, (time, text), so a restored state expires them in the same order
+        self.gone: dict[str, int] = {}
+        self.gone_order: SortedList = SortedList()
         self.rules: RuleSet = RuleSet.druid_default()
         self.rules_json: dict[str, Any] = {}
         self.config = DynamicConfig()
@@ -162,6 +173,7 @@ class PlacementState(Projected):
         # that is not joined changes none), so the fold forgets the same segments whatever the order of events
         self._forget(touched.segments | self.released)
         self.released = set()
+        self.expire_window()
         return touched
 
     def evolve_all(self, envelopes: Iterable[Envelope[Event]]) -> Touched:
@@ -192,7 +204,7 @@ class PlacementState(Projected):
             self.learn(event.segment, None)
             expected = (cause is not None and cause in self.queue) or bool(self.queued_at(event.server, sid, "load"))
             if cause is not None:
-                self.settle(cause)
+                self.settle(cause, str(sid))
             if not self.announces_count(event.server):  # Druid: a server re-joins before its announces count
                 t.trigger, t.answered_own = True, expected
                 return
@@ -204,19 +216,19 @@ class PlacementState(Projected):
             expected = (cause is not None and cause in self.queue) or (
                 found is not None and bool(self.queued_at(event.server, found, "drop")))
             if cause is not None:
-                self.settle(cause)
+                self.settle(cause, event.segment_id)
             if found is not None:
                 self.hold(event.server, found, False)
                 self.settle_matching(event.server, found, "drop")
             t.trigger, t.answered_own = True, expected
         elif isinstance(event, SegmentLoadRefused):
-            self.settle(event.command_id)
+            self.settle(event.command_id, event.segment_id)
             if cause is not None:
-                self.settle(cause)
+                self.settle(cause, event.segment_id)
             if event.move_id is not None:  # the source keeps its copy: the drop half is abandoned
                 for cid in self.of_move(event.move_id):
-                    self.settle(cid)
-                self.settle(_abandoned(event.move_id))  # also a drop half not read yet
+                    self.settle(cid, event.segment_id)
+                self.settle(_abandoned(event.move_id), event.segment_id)  # also a drop half not read yet
             t.trigger = True
         elif isinstance(event, ServerJoined):
             old = self.servers.get(event.server) or ServerFacts()
@@ -227,11 +239,11 @@ class PlacementState(Projected):
             left = self.servers.get(event.server)
             if left is not None:
                 self._server(event.server, replace(left, joined=False), t)
-            for cid in sorted(self._by_server.get(event.server, ())):
-                item = self.settle(cid)  # a removed server's queue vanishes with it
+            for cid, queued in sorted((c, self.queue[c]) for c in self._by_server.get(event.server, ())):
+                item = self.settle(cid, str(queued.segment))  # a removed server's queue vanishes with it
                 if item is not None and item.move_id is not None and item.action == "load":
                     for half in self.of_move(item.move_id):  # the move is off: its source keeps its copy
-                        self.settle(half)
+                        self.settle(half, str(item.segment))
             t.servers.add(event.server)
             t.trigger = True
         elif isinstance(event, ServerDecommissioned | ServerRecommissioned):
@@ -287,21 +299,21 @@ class PlacementState(Projected):
         if not fence.admit(self.epochs, event.server, event.planner_epoch):
             if isinstance(event, LoadSegment) and event.move_id is not None:
                 for cid in self.of_move(event.move_id):  # a void load half voids its move: the source keeps its copy
-                    self.settle(cid)
-                self.settle(_abandoned(event.move_id))
+                    self.settle(cid, str(event.segment.id))
+                self.settle(_abandoned(event.move_id), str(event.segment.id))
             return  # a deposed planner's command: nobody acts on it, it is never in flight
         if self.epochs.get(event.server) != before:
             self.dirty.add(("epoch", event.server))
         if isinstance(event, CancelSegmentLoad):
             sid = self.by_text.get(event.segment_id)
             if event.cancels is not None or sid is not None:
-                self.cancelled(env.event_id, event.server, sid, event.cancels)
+                self.cancelled(env.event_id, event.server, sid, event.cancels, event.segment_id)
             else:
-                self.settle(env.event_id)
+                self.settle(env.event_id, event.segment_id)
             return
         assert isinstance(event, LoadSegment | DropSegment)
         known = self.queue.get(env.event_id)  # in flight: never settled (settling takes it out of flight)
-        if (known is None and self._known_settled(env.event_id)) or (
+        if (known is None and self.known_settled(env.event_id)) or (
                 event.move_id is not None and self.move_abandoned(event.move_id)):
             return  # answered before we read it back, or a half of a move whose load was refused
         if isinstance(event, LoadSegment):
@@ -334,24 +346,23 @@ class PlacementState(Projected):
         self.enqueue(env.event_id, item)
         t.trigger = True
 
-    def _known_settled(self, cid: str) -> bool:
-        return cid in self.settled or self.settled_before(cid)
-
     def move_abandoned(self, move_id: str) -> bool:
         """Whether a load of the move was refused (or cancelled and then refused): its source keeps the copy."""
-        return self._known_settled(_abandoned(move_id))
+        return self.known_settled(_abandoned(move_id))
 
-    def cancelled(self, cancel_id: str, name: str, sid: SegmentId | None, cancels: str | None) -> None:
+    def cancelled(self, cancel_id: str, name: str, sid: SegmentId | None, cancels: str | None,
+                  segment: str) -> None:
         """A cancel is out of the queues at once: the load it names (else the server's queued loads of the
-        segment), a move's drop half with it, and the cancel itself (it needs no answer)."""
+        segment), a move's drop half with it, and the cancel itself (it needs no answer). ``segment``: the
+        cancel's segment id text."""
         targets = [cancels] if cancels is not None else (self.queued_at(name, sid, "load") if sid is not None else [])
         for cid in targets:
-            item = self.settle(cid)
+            item = self.settle(cid, segment)
             if item is not None and item.move_id is not None:
                 for other in self.of_move(item.move_id):
                     if self.queue[other].action == "drop":
-                        self.settle(other)
-        self.settle(cancel_id)
+                        self.settle(other, str(item.segment))
+        self.settle(cancel_id, segment)
 
     def expire(self, now: int) -> Touched:
         """Settle the commands sent more than ``load_timeout_ms`` before ``now``: no longer in flight."""
@@ -359,11 +370,12 @@ class PlacementState(Projected):
         settled: set[SegmentId] = set()
         for cid, item in sorted(self.queue.items()):
             if now - item.sent_at > self.load_timeout_ms:
-                self.settle(cid)
+                self.settle(cid, str(item.segment))
                 settled.add(item.segment)
         touched = Touched(segments=self.touched_segments, trigger=bool(self.touched_segments))
         self.touched_segments = set()
         self._forget(settled)  # as an answer's event would: an unused segment with nothing left in flight goes
+        self.expire_window()
         return touched
 
     def _forget(self, sids: Iterable[SegmentId]) -> None:
@@ -374,6 +386,54 @@ class PlacementState(Projected):
             if sid in self.segments and self.forgettable(sid):
                 del self.segments[sid]
                 self.dirty.add(("seg", str(sid)))
+                self._tombstone(str(sid))
+
+    # -- the settled-id window (coordinator.placement.settled) ------------------------------------
+    def _tombstone(self, text: str) -> None:
+        """The segment is gone (or was never known): its settled ids are kept for the window from now."""
+        if self.window is not None and text not in self.gone:
+            self.bury(text, self.last_event_at)
+            self.dirty.add(("gone", text))
+
+    def bury(self, text: str, at: int) -> None:
+        """Keep a tombstone (see :meth:`_tombstone`; a restore puts the stored ones back)."""
+        self.gone[text] = at
+        self.gone_order.add((at, text))
+
+    def settled_for(self, segment: str) -> None:
+        """An id of ``segment`` was settled: a segment the fold does not know is tombstoned at once."""
+        sid = self.by_text.get(segment)
+        if sid is None or sid not in self.segments:
+            self._tombstone(segment)
+
+    def learn(self, seg: SegmentDescriptor, used: bool | None) -> None:
+        """Know a segment (see :meth:`Projected.learn`); a gone segment known again keeps its settled ids."""
+        if self.gone and seg.id not in self.segments:
+            text = str(seg.id)
+            at = self.gone.pop(text, None)
+            if at is not None:
+                self.gone_order.remove((at, text))
+                self.dirty.add(("gone", text))
+        super().learn(seg, used)
+
+    def expire_window(self) -> None:
+        """Expire the oldest tombstones past the window: their segments' settled ids are forgotten. The fold calls
+        it after every event and timeout run, :func:`coordinator.placement.codec.changed` after a plan's decisions."""
+        window, order = self.window, self.gone_order
+        if window is None:
+            return
+        while order:
+            at, text = order[0]
+            if not window.expired(at, self.last_event_at, len(order)):
+                return
+            del order[0]
+            del self.gone[text]
+            self.dirty.add(("gone", text))
+            # stored ids of the segment, unless this batch settled them for another one (then they stay)
+            ids = {cid for cid in self.settled_of(text) if self.settled_seg.get(cid, text) == text}
+            ids.update(self.settled_ids.get(text, ()))
+            for cid in sorted(ids):
+                self.forget_settled(cid)
 
     # -- decisions, folded as the commands they become ---------------------------------------------
     def plan_load(self, name: str, sid: SegmentId, purpose: str, now: int, source: str | None = None) -> str:
@@ -411,7 +471,7 @@ class PlacementState(Projected):
         cancels = loads[0][1] if loads else None
         cancel_id = command_id("cancel", cancels) if cancels is not None else \
             self.fresh_command_id("cancel", name, str(sid))
-        self.cancelled(cancel_id, name, sid, cancels)
+        self.cancelled(cancel_id, name, sid, cancels, str(sid))
         self._forget([sid])  # as the cancel's event would (an unused segment with nothing left in flight)
         return cancel_id, cancels, item
 
@@ -449,5 +509,5 @@ class PlacementState(Projected):
                 st.enqueue(f"{cid}-drop", InFlight(q.source, "drop", q.segment, now, move_id, None, q.purpose))
         st.touched_segments = set()
         st.dirty = set()
-        st.settled = set()
+        st.stored_settled()
         return st

@@ -61,7 +61,7 @@ class BalancerPlacement:
             if family == "meta":
                 out.append((META, (), text))
             elif family == "ans":
-                out.append((ANSWERED, (key,), ""))
+                out.append((ANSWERED, (key,), "" if value is not None else None))  # None: forgotten
             else:
                 out.append((PLACEMENT, (family, key), text))
         return out

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.placement.liveness import DEFAULT_SERVER_TIMEOUT_MS
+from coordinator.placement.settled import SettledWindow
 from streaming import config
 from streaming.cli.common import CliError, add_kafka, broker, topics
 from streaming.service.state import AppliedWindow, write_buffer_bytes
@@ -49,6 +50,10 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise CliError(f"--dedupe-window-ids / --dedupe-window-ms: {e}") from None
     try:
+        settled = SettledWindow(args.settled_window_ms, args.settled_window_segments)
+    except ValueError as e:
+        raise CliError(f"--settled-window-ms / --settled-window-segments: {e}") from None
+    try:
         write_buffer_bytes()
     except ValueError as e:
         raise CliError(str(e)) from None
@@ -87,6 +92,7 @@ def _run(args: argparse.Namespace) -> int:
         return run_service(address, tps, state_dir, loglevel=args.log_level, plan_every_s=args.plan_every,
                            balancing=args.balancer == "planner", incremental=args.planner == "incremental",
                            http=http, server_timeout_ms=args.server_timeout_millis, applied_window=window,
+                           settled_window=settled,
                            balancer=supervisor, period_ms=max(1, round(args.coordinator_period * 1000)),
                            worker_id=args.worker_id, http_advertise=args.http_advertise)
     except DuplicateWorkerError as e:
@@ -140,6 +146,12 @@ def register(sub: Any) -> None:
     run.add_argument("--dedupe-window-ms", type=int, default=AppliedWindow().max_age_ms, metavar="MS",
                      help="... and only those written to the log within this long of the newest "
                           f"(default {AppliedWindow().max_age_ms} = 7 days)")
+    run.add_argument("--settled-window-ms", type=int, default=SettledWindow().max_age_ms, metavar="MS",
+                     help="the planner keeps a forgotten segment's settled command ids this long of event time "
+                          f"(default {SettledWindow().max_age_ms} = 7 days; see docs/placement.md)")
+    run.add_argument("--settled-window-segments", type=int, default=SettledWindow().max_segments, metavar="N",
+                     help="... for at most this many forgotten segments "
+                          f"(default {SettledWindow().max_segments:,})")
     run.add_argument("--coordinator-period", type=float, default=60.0, metavar="SECONDS",
                      help="druid.coordinator.period: the planner balances once per period (and after server, rule "
                           "or config changes), in slices between events (default 60)")

@@ -61,6 +61,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
+from coordinator.placement.settled import DEFAULT_WINDOW, SettledWindow
 from coordinator.planner.balancing import DEFAULT_PERIOD_MS
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, TIMELINE, Topics
 from streaming import credentials
@@ -350,7 +351,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                 server_timeout_ms: int = planner_mod.DEFAULT_SERVER_TIMEOUT_MS,
                 applied_window: AppliedWindow | None = None, balancer: Any = None,
                 period_ms: int = DEFAULT_PERIOD_MS, worker_id: str | None = None,
-                http_advertise: str | None = None) -> int:
+                http_advertise: str | None = None, settled_window: SettledWindow | None = DEFAULT_WINDOW) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
     (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`). With
     ``balancer`` (a :class:`~streaming.balancer.supervisor.BalancerSupervisor`) its health is reported and, when
@@ -441,7 +442,8 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
               f"{_resume_text(lockbox.next_offsets())}"
               f"{' (store wiped: older format)' if lb_store.wiped else ''}", flush=True)
         planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental,
-                               server_timeout_ms=server_timeout_ms, period_ms=period_ms)
+                               server_timeout_ms=server_timeout_ms, period_ms=period_ms,
+                               settled_window=settled_window)
         print(f"planner agent: {len(planner.state.servers)} servers, {len(planner.state.used)} used segments, "
               f"{len(planner.state.queue)} commands in flight restored; resuming from "
               f"{_resume_text(planner.next_offsets())}"

@@ -80,13 +80,13 @@ why: ``command_id(kind, server, segment, n)`` (blake2b) with kind ``load``, or
 ``move`` with the source server added, or ``drop``, where ``n`` is the first
 count whose id the agent does not know yet (known: in its queue, or settled
 in its store or in the batch being built; every command the agent sends or reads
-back on ``commands`` is one or the other until the end of time, as settled ids are
-never forgotten). So the same decision gets the same id until a command with that
-id has been sent and taken into the state, and after that a repeat of the
-decision (a load after its copy was dropped, a retry after a timeout) gets the
-next ``n``. A move's drop half is ``command_id("move-drop", moveId)``; a cancel is
-``command_id("cancel", cancels)`` (one cancel per load), or counted like the
-others when it names no load. The ``moveId`` is the id of the load half.
+back on ``commands`` is one or the other while its segment is known and for the
+settled-id window after, :mod:`coordinator.placement.settled`). So the same
+decision gets the same id until a command with that id has been sent and taken
+into the state, and after that a repeat of the decision (a load after its copy
+was dropped, a retry after a timeout) gets the next ``n``. A move's drop half is
+``command_id("move-drop", moveId)``; a cancel is ``command_id("cancel", cancels)``
+(one cancel per load), or counted like the others when it names no load. The ``moveId`` is the id of the load half.
 Stage, reason, ``occurred_at`` and causation are explanation, not identity:
 two emissions under one id may differ in them (a re-plan after a crash can reach
 the same decision in another stage); receivers keep the first copy. An id is
@@ -140,6 +140,7 @@ from coordinator.placement.liveness import (
 )
 from coordinator.placement.projected import command_id
 from coordinator.placement.records import DEFAULT_LOAD_TIMEOUT_MS
+from coordinator.placement.settled import DEFAULT_WINDOW, SettledWindow
 from coordinator.placement.state import PlacementState, Touched
 from coordinator.planner.balancing import DEFAULT_PERIOD_MS, DEFAULT_SLICE_DRAWS, BalancingRun
 from coordinator.planner.planner import FULL_RUN_EVERY_MS, Plan, PlanCommand, plan_state
@@ -155,7 +156,10 @@ from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, prior_ids, seen_in
 from streaming.service.state import AgentStateStore, StoreBatch
 
-FORMAT_VERSION = "planner-agent/4"  # entries of coordinator.placement.codec (v4: + "epoch", v3: + "heard")
+# entries of coordinator.placement.codec (v5: "ans" values name their segment, + "ans-of" index, + "gone";
+# v4: + "epoch", v3: + "heard")
+FORMAT_VERSION = "planner-agent/5"
+SETTLED_INDEX = "ans-of"  # ans-of/<segment id text>\x00<command id> -> "": a segment's settled ids, for the window
 STORE_NAME = "planner"
 FAULT_ENV = "SEGCOORD_PLANNER_FAULT"  # crash tests only: see _fault_point
 __all__ = ["FORMAT_VERSION", "STORE_NAME", "PlannerAgent", "command_id", "load_state"]
@@ -165,12 +169,14 @@ def _key(family: str, key: str) -> bytes:
     return f"{family}/{key}".encode()
 
 
-def load_state(store: AgentStateStore, load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS) -> PlacementState:
+def load_state(store: AgentStateStore, load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS,
+               window: SettledWindow | None = DEFAULT_WINDOW) -> PlacementState:
     """The placement state as last committed (empty store: a fresh cluster)."""
-    return _load(store, load_timeout_ms)[0]
+    return _load(store, load_timeout_ms, window)[0]
 
 
-def _load(store: AgentStateStore, load_timeout_ms: int) -> tuple[PlacementState, dict[str, Any]]:
+def _load(store: AgentStateStore, load_timeout_ms: int,
+          window: SettledWindow | None) -> tuple[PlacementState, dict[str, Any]]:
     entries = []
     for family in codec.FAMILIES:
         if family == "ans":
@@ -178,7 +184,20 @@ def _load(store: AgentStateStore, load_timeout_ms: int) -> tuple[PlacementState,
         prefix = f"{family}/".encode()
         entries.extend((family, k[len(prefix):].decode(), v) for k, v in store.scan(prefix))
     return codec.restore(entries, load_timeout_ms,
-                         settled_before=lambda cid: store.get(_key("ans", cid)) is not None)
+                         settled_before=lambda cid: store.get(_key("ans", cid)) is not None,
+                         settled_of=lambda text: settled_of(store, text), window=window)
+
+
+def settled_of(store: AgentStateStore, text: str) -> list[str]:
+    """The stored settled ids of one segment (id text): its ``ans-of`` index entries whose ``ans`` entry still
+    names it (an id settled again for another segment is that one's)."""
+    prefix = _key(SETTLED_INDEX, text + "\x00")
+    out = []
+    for key, _ in store.scan(prefix):
+        cid = key[len(prefix):].decode()
+        if store.get(_key("ans", cid)) == text.encode():
+            out.append(cid)
+    return out
 
 
 class PlannerAgent:
@@ -188,7 +207,7 @@ class PlannerAgent:
                  load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS, *, balancing: bool = True,
                  incremental: bool = True, server_timeout_ms: int = DEFAULT_SERVER_TIMEOUT_MS,
                  period_ms: int = DEFAULT_PERIOD_MS, slice_draws: int = DEFAULT_SLICE_DRAWS,
-                 publish_key: bytes | None = None) -> None:
+                 publish_key: bytes | None = None, settled_window: SettledWindow | None = DEFAULT_WINDOW) -> None:
         if period_ms < 1 or slice_draws < 1:
             raise ValueError(f"period_ms and slice_draws: at least 1, got {period_ms} and {slice_draws}")
         self.store = store
@@ -207,7 +226,7 @@ class PlannerAgent:
         self.sink = sink
         self.load_timeout_ms = load_timeout_ms
         self.counters = AgentCounters()
-        self.state, meta = _load(store, load_timeout_ms)
+        self.state, meta = _load(store, load_timeout_ms, settled_window)
         self.runs: int = meta.get("runs", 0)
         self.balanced_at: int | None = meta.get("balancedAt")  # when the last balancing run began
         self.balancing_runs: int = meta.get("balancingRuns", 0)  # balancing runs begun (their seeds' run numbers)
@@ -592,6 +611,13 @@ class PlannerAgent:
 
     def _commit(self, batch: StoreBatch) -> None:
         for family, key, value in codec.changed(self.state, self._meta()):
+            if family == "ans":  # a settled id and its segment's index entry; None: the window forgot it
+                if value is None:
+                    old = self.store.get(_key("ans", key))
+                    if old is not None:
+                        batch.delete(_key(SETTLED_INDEX, old.decode() + "\x00" + key))
+                else:
+                    batch.put(_key(SETTLED_INDEX, value.decode() + "\x00" + key), b"")
             if value is None:
                 batch.delete(_key(family, key))
             else:

@@ -76,8 +76,8 @@ def test_the_store_of_changed_entries_equals_the_whole_state(events: list[Envelo
     for env in events:
         state.evolve(env)
         for family, key, value in codec.changed(state):
-            if family == "ans":
-                settled.add(key)
+            if family == "ans":  # None: the window forgot it
+                (settled.add if value is not None else settled.discard)(key)
             elif value is None:
                 stored.pop((family, key), None)
             else:
