@@ -15,6 +15,7 @@ skipped and counted in ``skipped_bad`` instead, so one bad record gets one dead 
 from __future__ import annotations
 
 import base64
+import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -30,6 +31,11 @@ from events.schema import EventValidationError, Instant
 from events.topics import Topics
 from streaming import credentials
 from streaming.producer import EventProducer
+
+log = logging.getLogger("segcoord.consumer")
+
+# errors a patient consumer waits out: the broker unreachable, or every broker down (librdkafka reconnects)
+_TRANSIENT = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +60,17 @@ class EventConsumer:
         from_beginning: bool = True,
         extra: Mapping[str, Any] | None = None,
         dead_letter: bool = True,
+        patient: bool = False,
     ) -> None:
-        """Subscribe to logical topic names; ``deadletters`` defaults to a producer of its own."""
+        """Subscribe to logical topic names; ``deadletters`` defaults to a producer of its own.
+
+        ``patient``: for a long-running reader that must not act on a partial log (the historical). A broker that
+        is unreachable or moving a partition's leadership is waited out (librdkafka reconnects; the error is
+        skipped, not raised), and :meth:`until_end` reads to the end whatever the pauses on the way. Without it,
+        such an error raises and an idle poll ends :meth:`until_end`: right for one-shot tools, which must fail or
+        finish rather than hang."""
         self.dead_letter = dead_letter
+        self.patient = patient
         self.skipped_bad = 0
         self.topics = topics
         self._own_producer = deadletters is None
@@ -87,6 +101,8 @@ class EventConsumer:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
+                if self.patient and (err.retriable() or err.code() in _TRANSIENT):
+                    continue  # librdkafka reconnects and fetches again
                 raise RuntimeError(f"consumer error: {err.str()}")
             self._positions[(msg.topic(), msg.partition())] = msg.offset() + 1
             try:
@@ -116,18 +132,47 @@ class EventConsumer:
     def until_end(self, idle_timeout: float = 5.0) -> Iterator[Record]:
         """Yield records until every subscribed partition is read up to its end as of the call (what a topic gains
         meanwhile, such as heartbeats, may follow but is not waited for), or a poll of ``idle_timeout`` seconds
-        brings nothing."""
-        ends: dict[tuple[str, int], int] = {}
-        for name in self._subscribed:
-            for p in sorted(self._consumer.list_topics(name, timeout=10).topics[name].partitions):
-                ends[(name, p)] = self._high_watermark(name, p)
+        brings nothing. A patient consumer never stops on an idle poll (a group join, a slow broker or an outage
+        can be longer than any timeout): it stops when the consumer's own position, which also steps over
+        transaction markers, reaches every end."""
+        ends = self._ends()
         pending = {tp for tp, end in ends.items() if end > self._positions.get(tp, 0)}
         while pending:
             before = dict(self._positions)
             yield from self.poll(timeout=idle_timeout)
             if self._positions == before:
-                return
+                if not self.patient:
+                    return
+                self._positions_from_consumer(pending)
             pending = {tp for tp in pending if self._positions.get(tp, 0) < ends[tp]}
+
+    def _ends(self) -> dict[tuple[str, int], int]:
+        """Every subscribed partition's end offset; a patient consumer waits out a broker it cannot reach."""
+        while True:
+            try:
+                ends: dict[tuple[str, int], int] = {}
+                for name in self._subscribed:
+                    for p in sorted(self._consumer.list_topics(name, timeout=10).topics[name].partitions):
+                        ends[(name, p)] = self._high_watermark(name, p)
+                return ends
+            except KafkaException as e:
+                code = e.args[0].code() if e.args and isinstance(e.args[0], KafkaError) else None
+                if not self.patient or code not in (*_TRANSIENT, KafkaError._TIMED_OUT):
+                    raise
+                log.warning("broker unreachable (%s); waiting for it to read %s to its end",
+                            e.args[0].str() if e.args else e, ", ".join(self._subscribed))
+                time.sleep(1.0)  # the broker is away: ask again (librdkafka reconnects meanwhile)
+
+    def _positions_from_consumer(self, partitions: set[tuple[str, int]]) -> None:
+        """Take the consumer's position where it is past the last record read (a transaction's commit marker
+        is the last offset of a partition written in transactions, and no record)."""
+        try:
+            known = self._consumer.position([TopicPartition(t, p) for t, p in sorted(partitions)])
+        except KafkaException:
+            return  # not assigned yet: the next poll joins the group
+        for tp in known:
+            if tp.offset >= 0 and tp.offset > self._positions.get((tp.topic, tp.partition), 0):
+                self._positions[(tp.topic, tp.partition)] = tp.offset
 
     def _high_watermark(self, name: str, partition: int, patience_s: float = 30.0) -> int:
         """A partition's end offset; a topic created a moment ago may have no leader yet: wait for one."""

@@ -339,9 +339,12 @@ class Historical:
     # -- running ----------------------------------------------------------------------
     def _catch_up(self) -> None:
         consumer = EventConsumer(self.bootstrap, self.topics, f"segcoord-historical-{self.name}-{uuid.uuid4().hex}",
-                                 [SEGMENTS, CLUSTER], dead_letter=False)
+                                 [SEGMENTS, CLUSTER], dead_letter=False, patient=True)
         try:
-            for record in consumer.until_end(idle_timeout=1.0):  # heartbeats never let the log go idle
+            # to the end, however long a pause: a catch-up cut short would leave answered commands unknown, and
+            # the live consumer would execute them again and answer under their old ids (a 30-minute soak saw a
+            # restarted historical re-announce loads it had answered and dropped minutes before)
+            for record in consumer.until_end(idle_timeout=1.0):
                 self._observe(record)
         finally:
             consumer.close()
@@ -357,7 +360,7 @@ class Historical:
         self._live = True
         self._come_back()
         consumer = EventConsumer(self.bootstrap, self.topics, f"segcoord-historical-{self.name}-{uuid.uuid4().hex}",
-                                 [COMMANDS, SEGMENTS, CLUSTER], dead_letter=False)
+                                 [COMMANDS, SEGMENTS, CLUSTER], dead_letter=False, patient=True)
         try:
             wait: float | None = None
             beat_due = 0.0
