@@ -49,6 +49,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from coordinator.balancer.cost_cache import ServerCostCache
 from coordinator.balancer.strategy import TIE_TOLERANCE, num_best_servers
 from coordinator.placement.state import PlacementState
@@ -62,6 +64,7 @@ from events.segment import SegmentDescriptor, SegmentId
 FULL_RUN_EVERY_MS = 15 * 60_000  # an incremental planner looks at every segment at least this often (event time)
 CommandType = Literal["load", "drop", "move", "cancel"]
 _ID = operator.attrgetter("sort_key")  # segment ids in their own order, compared as plain tuples
+_CHUNK = operator.attrgetter("interval.start", "interval.end", "version")  # a segment's (or id's) time chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +174,8 @@ class _Run:
         by_source: dict[str, list[SegmentId]] = {}
         for sid in planned:
             by_source.setdefault(sid.data_source, []).append(sid)
+        # a full run's used segments by data source (marking overshadowed segments reads them again)
+        self._used_by_source = by_source if scope is None else None
         for source, sids in by_source.items():
             fixed, rule = self.rules.interval_free(source)
             if fixed:  # one target for the whole data source: no per-segment matching
@@ -238,8 +243,11 @@ class _Run:
             return levels
         for name in p.tiers.get(tier, ()):
             parts = [p.loaded[name] - p.dropping[name]]
-            if pending and p.loading[name]:
-                parts.append({s for s, q in p.loading[name].items() if q.move_id is None})
+            loads = p.loading[name]
+            if pending and loads:
+                plain = set(loads)  # the dict's keys with their stored hashes (no Python-level hashing)
+                plain.difference_update([s for s, q in loads.items() if q.move_id is not None])
+                parts.append(plain)
             for part in parts:
                 for k in range(depth - 1, 0, -1):
                     levels[k] |= levels[k - 1] & part
@@ -727,11 +735,14 @@ class _Run:
         pending, p.mark_pending = p.mark_pending, set()
         if self.scope is None or p.mark_all:
             p.mark_all = False
-            by_source: dict[str, list[SegmentDescriptor]] = {}
-            for sid in p.used:
-                by_source.setdefault(sid.data_source, []).append(p.segments[sid])
-            for source, segments in sorted(by_source.items()):
-                self._mark_in(source, segments, None)
+            by_source = self._used_by_source  # the run's used segments: nothing left the used set since
+            if by_source is None:
+                by_source = {}
+                for sid in p.used:
+                    by_source.setdefault(sid.data_source, []).append(sid)
+            for source, sids in sorted(by_source.items()):
+                if _versions_overlap(sids):  # asked of the ids: descriptors only where something may be hidden
+                    self._mark_in(source, [p.segments[sid] for sid in sids], None)
             return
         candidates: dict[str, set[SegmentId]] = {}
         for sid in pending:
@@ -791,7 +802,7 @@ class _Run:
         for tier, d in sorted(depth.items()):
             levels = self.copy_levels(tier, d, pending=False)
             under = sum(len(m & levels[0]) - len(m & levels[want - 1])
-                        for t, m in classes for tt, want in t.replicants.items() if tt == tier)
+                        for t, m in classes for tt, want in t.replicants.items() if tt == tier and want > 1)
             if under:
                 self.metrics[f"segment/underReplicated/count/{tier}"] += under
 
@@ -882,19 +893,30 @@ def _draws(seed: str, n: int) -> Iterator[int]:
         yield at_j
 
 
-def _versions_overlap(segments: list[SegmentDescriptor]) -> bool:
-    """Whether two segments of different time chunks (interval and version) share an instant (a sweep in start
-    order); when none do, nothing can overshadow anything (partitions of one chunk never hide each other)."""
-    ordered = sorted(segments, key=lambda s: (s.interval.start, s.interval.end))
-    reach, chunks = -(1 << 62), set[tuple[int, int, str]]()
-    for seg in ordered:
-        if seg.interval.start >= reach:
-            chunks = set()
-        chunks.add((seg.interval.start, seg.interval.end, seg.version))
-        if len(chunks) > 1:
-            return True
-        reach = max(reach, seg.interval.end)
-    return False
+def _versions_overlap(segments: Sequence[SegmentDescriptor] | Sequence[SegmentId]) -> bool:
+    """Whether two segments of different time chunks (interval and version) share an instant; when none do,
+    nothing can overshadow anything (partitions of one chunk never hide each other).
+
+    The distinct chunks in (start, end) order: one shares an instant with an earlier one exactly when it starts
+    before the latest end so far (two chunks of one interval: when the interval is not empty). Vectorised: a
+    data source of a million hourly segments costs a set of their chunks and two NumPy passes.
+
+    >>> from events import Interval
+    >>> ids = [SegmentId("w", Interval(0, 10), "v1"), SegmentId("w", Interval(10, 20), "v1", 1)]
+    >>> _versions_overlap(ids), _versions_overlap(ids + [SegmentId("w", Interval(5, 15), "v2")])
+    (False, True)
+    >>> _versions_overlap(ids + [SegmentId("w", Interval(0, 10), "v0")])
+    True
+    """
+    chunks = set(map(_CHUNK, segments))
+    if len(chunks) < 2:
+        return False
+    starts, ends, _versions = zip(*chunks, strict=True)
+    start = np.array(starts, dtype=np.int64)
+    end = np.array(ends, dtype=np.int64)
+    order = np.lexsort((end, start))
+    start, end = start[order], end[order]
+    return bool(np.any(start[1:] < np.maximum.accumulate(end)[:-1]))
 
 
 def _put(metrics: dict[str, object], key: str, value: int) -> None:
