@@ -104,8 +104,17 @@ class Plan:
 
 @dataclass(slots=True)
 class _Target:
+    """A rule's target for the segments it applies to (one shared instance per rule and run: never mutated)."""
+
     kind: Literal["load", "broadcast", "drop", "none"]
     replicants: dict[str, int] = field(default_factory=dict)
+    by_tier: tuple[tuple[str, int], ...] = field(init=False, default=())  # (tier, want) in tier order
+    primary_first: tuple[str, ...] = field(init=False, default=())  # most replicas first, then tier name
+
+    def __post_init__(self) -> None:
+        wants = self.replicants
+        self.by_tier = tuple(sorted(wants.items()))
+        self.primary_first = tuple(sorted(wants, key=lambda t: (-wants[t], t)))
 
     @property
     def total(self) -> int:
@@ -372,9 +381,7 @@ class _Run:
             if p.anywhere(sid):
                 todo.discard(sid)
                 continue
-            target = self.targets[sid]
-            tiers = sorted(target.replicants, key=lambda t: (-target.replicants[t], t))
-            for tier in tiers:
+            for tier in self.targets[sid].primary_first:
                 if self.load(sid, tier, stage, "unavailable: first copy", None, throttle=False):
                     break
 
@@ -406,7 +413,7 @@ class _Run:
             if not p.anywhere(sid):
                 continue
             short = False
-            for tier, want in sorted(self.targets[sid].replicants.items()):
+            for tier, want in self.targets[sid].by_tier:
                 need = want - p.copies(sid, tier).total
                 while need > 0 and self.load(sid, tier, stage, f"under-replicated in {tier}", share, relative):
                     need -= 1
