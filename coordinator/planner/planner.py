@@ -49,11 +49,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from coordinator.balancer.cost_cache import ServerCostCache
 from coordinator.balancer.strategy import TIE_TOLERANCE, num_best_servers
 from coordinator.placement.state import PlacementState
 from coordinator.planner.cluster import ClusterView, Purpose
 from coordinator.planner.cost_shelf import CostCacheShelf
+from coordinator.rules.rule import Rule
 from coordinator.timeline.timeline import Timeline
 from events.commands import CommandPurpose
 from events.segment import SegmentDescriptor, SegmentId
@@ -61,6 +64,7 @@ from events.segment import SegmentDescriptor, SegmentId
 FULL_RUN_EVERY_MS = 15 * 60_000  # an incremental planner looks at every segment at least this often (event time)
 CommandType = Literal["load", "drop", "move", "cancel"]
 _ID = operator.attrgetter("sort_key")  # segment ids in their own order, compared as plain tuples
+_CHUNK = operator.attrgetter("interval.start", "interval.end", "version")  # a segment's (or id's) time chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,16 +104,28 @@ class Plan:
 
 @dataclass(slots=True)
 class _Target:
+    """A rule's target for the segments it applies to (one shared instance per rule and run: never mutated)."""
+
     kind: Literal["load", "broadcast", "drop", "none"]
     replicants: dict[str, int] = field(default_factory=dict)
+    by_tier: tuple[tuple[str, int], ...] = field(init=False, default=())  # (tier, want) in tier order
+    primary_first: tuple[str, ...] = field(init=False, default=())  # most replicas first, then tier name
+
+    def __post_init__(self) -> None:
+        wants = self.replicants
+        self.by_tier = tuple(sorted(wants.items()))
+        self.primary_first = tuple(sorted(wants, key=lambda t: (-wants[t], t)))
 
     @property
     def total(self) -> int:
         return sum(self.replicants.values())
 
 
-def _newest_first(seg: SegmentDescriptor) -> tuple[int, int, str, int]:
-    return (-seg.interval.end, -seg.interval.start, seg.version, seg.partition_id)
+def _newest_first(sid: SegmentId) -> tuple[int, int, str, int, str]:
+    """The loading stages' order: newest interval first, then version, partition and data source (a total order:
+    the id's own order breaks the ties of the first four)."""
+    interval = sid.interval
+    return (-interval.end, -interval.start, sid.version, sid.partition_id, sid.data_source)
 
 
 class _Run:
@@ -152,15 +168,34 @@ class _Run:
         self.to_be_balanced: dict[str, list[SegmentId]] = {}
         self.visited: dict[str, set[SegmentId]] = {}
         self.compute_cost = compute_cost
-        self.targets: dict[SegmentId, _Target] = {}
+        self.targets: dict[SegmentId, _Target] = {}  # in no particular order: passes sort what they visit
         self._outside: dict[SegmentId, _Target] = {}  # targets of segments outside a run's scope, when needed
-        self.satisfied: set[SegmentId] = set()
         self.deferred: set[SegmentId] = set()
-        self._load_rule_order: list[SegmentId] | None = None
         self._match = self.rules.matcher(now)
+        self._by_rule: dict[int, _Target] = {}  # id(rule) -> its target, shared by every segment it applies to
+        # the planned segments by target (id(target) -> (target, members)): the passes find the segments that need
+        # something with set arithmetic over these classes instead of asking every segment
+        self._classes: dict[int, tuple[_Target, set[SegmentId]]] = {}
+        # the segments a pass of stage 1 / stages 3-4 may still act on (computed at the first pass; copies only grow
+        # before stage 12, so a segment served or at its target stays so and later passes skip it)
+        self._unserved: set[SegmentId] | None = None
+        self._short: set[SegmentId] | None = None
         planned = state.used if scope is None else scope & state.used
-        for sid in sorted(planned, key=_ID):
-            self.targets[sid] = self.target(sid)
+        by_source: dict[str, list[SegmentId]] = {}
+        for sid in planned:
+            by_source.setdefault(sid.data_source, []).append(sid)
+        # a full run's used segments by data source (marking overshadowed segments reads them again)
+        self._used_by_source = by_source if scope is None else None
+        for source, sids in by_source.items():
+            fixed, rule = self.rules.interval_free(source)
+            if fixed:  # one target for the whole data source: no per-segment matching
+                shared = self._target_of_rule(rule)
+                self.targets.update(dict.fromkeys(sids, shared))
+                self._member_set(shared).update(sids)
+            else:
+                for sid in sids:
+                    target = self.targets[sid] = self.target(sid)
+                    self._member_set(target).add(sid)
 
     def target_of(self, sid: SegmentId) -> _Target:
         """The rule's target for any used segment (scoped runs compute those outside the scope on demand)."""
@@ -173,14 +208,61 @@ class _Run:
 
     def target(self, sid: SegmentId) -> _Target:
         seg = self.p.segments[sid]
-        rule = self._match(seg.data_source, seg.interval)
-        if rule is None:
-            return _Target("none")
-        if rule.kind == "load":
-            return _Target("load", {t: n for t, n in rule.tiered_replicants.items() if n > 0})
-        if rule.kind == "broadcast":
-            return _Target("broadcast")
-        return _Target("drop")
+        return self._target_of_rule(self._match(seg.data_source, seg.interval))
+
+    def _target_of_rule(self, rule: Rule | None) -> _Target:
+        """The target a rule sets (one shared, never mutated instance per rule and run)."""
+        key = id(rule)
+        known = self._by_rule.get(key)
+        if known is None:
+            if rule is None:
+                known = _Target("none")
+            elif rule.kind == "load":
+                known = _Target("load", {t: n for t, n in rule.tiered_replicants.items() if n > 0})
+            elif rule.kind == "broadcast":
+                known = _Target("broadcast")
+            else:
+                known = _Target("drop")
+            self._by_rule[key] = known
+        return known
+
+    def _member_set(self, target: _Target) -> set[SegmentId]:
+        entry = self._classes.get(id(target))
+        if entry is None:
+            entry = self._classes[id(target)] = (target, set())
+        return entry[1]
+
+    def classes(self, kind: str) -> list[tuple[_Target, set[SegmentId]]]:
+        """The planned segments' target classes of one kind (``load``: those wanting at least one copy)."""
+        return [(t, m) for t, m in self._classes.values()
+                if t.kind == kind and (kind != "load" or t.total > 0) and m]
+
+    def members(self, kind: str) -> set[SegmentId]:
+        out: set[SegmentId] = set()
+        for _, m in self.classes(kind):
+            out |= m
+        return out
+
+    def copy_levels(self, tier: str, depth: int, pending: bool = True) -> list[set[SegmentId]]:
+        """``levels[k]``: the segments with at least ``k + 1`` copies in the tier: holders (loaded, not being
+        dropped), plus plain queued loads when ``pending`` (what :meth:`Projected.copies` counts), as of now.
+        Set arithmetic over each server's sets: O(copies) in C, not a Python step per segment."""
+        p = self.p
+        levels: list[set[SegmentId]] = [set() for _ in range(depth)]
+        if depth <= 0:
+            return levels
+        for name in p.tiers.get(tier, ()):
+            parts = [p.loaded[name] - p.dropping[name]]
+            loads = p.loading[name]
+            if pending and loads:
+                plain = set(loads)  # the dict's keys with their stored hashes (no Python-level hashing)
+                plain.difference_update([s for s, q in loads.items() if q.move_id is not None])
+                parts.append(plain)
+            for part in parts:
+                for k in range(depth - 1, 0, -1):
+                    levels[k] |= levels[k - 1] & part
+                levels[0] |= part
+        return levels
 
     # -- limits --------------------------------------------------------------------
     def queue_cap(self) -> float:
@@ -317,26 +399,26 @@ class _Run:
         return True
 
     # -- stages 1-4: loading -----------------------------------------------------------
-    def load_rule_segments(self) -> list[SegmentId]:
-        if self._load_rule_order is None:
-            chosen = [sid for sid, t in self.targets.items() if t.kind == "load" and t.total > 0]
-            chosen.sort(key=lambda s: _newest_first(self.p.segments[s]))
-            self._load_rule_order = chosen
-        return self._load_rule_order
-
     def unreplicated(self, stage: int) -> None:
-        """One copy of every segment served nowhere, primary tier first; never throttled."""
-        for sid in self.load_rule_segments():
-            if self.p.anywhere(sid):
+        """One copy of every segment served nowhere, primary tier first; never throttled.
+
+        The segments a load rule wants copies of, newest first; those served (a copy loaded or queued) are skipped.
+        A served segment stays served until stage 12, so the first pass finds the unserved ones (set arithmetic
+        on the fold's indexes) and every pass visits those alone, in the same order: the same loads."""
+        p = self.p
+        todo = self._unserved
+        if todo is None:
+            todo = self._unserved = self.members("load").difference(p.holders).difference(p.pending)
+        for sid in sorted(todo, key=_newest_first):
+            if p.anywhere(sid):
+                todo.discard(sid)
                 continue
-            target = self.targets[sid]
-            tiers = sorted(target.replicants, key=lambda t: (-target.replicants[t], t))
-            for tier in tiers:
+            for tier in self.targets[sid].primary_first:
                 if self.load(sid, tier, stage, "unavailable: first copy", None, throttle=False):
                     break
 
     def broadcast(self, stage: int, share: float | None, relative: bool) -> None:
-        for sid in sorted((s for s, t in self.targets.items() if t.kind == "broadcast"), key=_ID):
+        for sid in sorted(self.members("broadcast"), key=_ID):
             for name in sorted(self.p.tier_of):
                 if not self.can_take(name, sid):
                     continue
@@ -350,17 +432,44 @@ class _Run:
                                          purpose="broadcast"))
 
     def replicate(self, stage: int, share: float | None, relative: bool) -> None:
-        for sid in self.load_rule_segments():
-            if sid in self.satisfied or not self.p.anywhere(sid):
-                continue  # done, or stage 1's business: first copies before any second
+        """Every load-rule segment short of its target in a tier, newest first, gets copies up to it; a segment
+        served nowhere is stage 1's business (first copies before any second).
+
+        Copies only grow before stage 12, so a segment at its target stays there: the first pass finds the short
+        ones (set arithmetic, :meth:`short_segments`) and every pass visits those alone, in the same order."""
+        todo = self._short
+        if todo is None:
+            todo = self._short = self.short_segments()
+        p = self.p
+        for sid in sorted(todo, key=_newest_first):
+            if not p.anywhere(sid):
+                continue
             short = False
-            for tier, want in sorted(self.targets[sid].replicants.items()):
-                need = want - self.p.copies(sid, tier).total
+            for tier, want in self.targets[sid].by_tier:
+                need = want - p.copies(sid, tier).total
                 while need > 0 and self.load(sid, tier, stage, f"under-replicated in {tier}", share, relative):
                     need -= 1
                 short = short or need > 0
             if not short:
-                self.satisfied.add(sid)  # copies only grow before stage 12
+                todo.discard(sid)
+
+    def short_segments(self) -> set[SegmentId]:
+        """The load-rule segments with fewer copies (loaded or queued) than their target in some tier."""
+        p = self.p
+        classes = self.classes("load")
+        if self.scope is not None:  # a few segments: ask each (the per-tier sets would cost the whole cluster)
+            return {sid for t, m in classes for sid in m
+                    if any(p.copies(sid, tier).total < want for tier, want in t.replicants.items())}
+        depth: dict[str, int] = {}
+        for t, _ in classes:
+            for tier, want in t.replicants.items():
+                depth[tier] = max(depth.get(tier, 0), want)
+        levels = {tier: self.copy_levels(tier, d) for tier, d in sorted(depth.items())}
+        out: set[SegmentId] = set()
+        for t, m in classes:
+            for tier, want in t.replicants.items():
+                out |= m - levels[tier][want - 1]
+        return out
 
     def loading_stages(self, stage: int, share: float | None, relative: bool) -> None:
         """Stages 1, 2, 3-4 on the first pass; their revisits (6, 8) carry the revisit's number."""
@@ -547,12 +656,7 @@ class _Run:
     # -- stage 12-13: unloading -----------------------------------------------------------
     def unload(self, stage: int) -> None:
         p = self.p
-        if self.scope is None:
-            everywhere: set[SegmentId] = set(p.holders) | set(p.pending) | {
-                s for n in p.tier_of for s in p.loading[n]}
-        else:
-            everywhere = self.scope
-        for sid in sorted(everywhere, key=_ID):
+        for sid in sorted(self.unload_candidates(), key=_ID):
             target = self.targets.get(sid)
             if sid not in p.used or target is None or target.kind == "drop":
                 reason = "unused" if sid not in p.used or target is None else "drop rule"
@@ -565,6 +669,30 @@ class _Run:
                 continue
             if any(p.copies(sid, t).total > target.replicants.get(t, 0) for t in p.tiers_with_copies(sid)):
                 self.trim(sid, target.replicants, stage)
+
+    def unload_candidates(self) -> set[SegmentId]:
+        """The segments stage 12 may act on: a scoped run's scope; in a full run, those with a copy or a queued
+        load that are unused or under a drop rule, or have more copies in a tier than their target there (set
+        arithmetic over the tiers' copies as stage 12 starts; what it does to one segment changes no other's
+        copies, so the others it would visit do nothing)."""
+        p = self.p
+        if self.scope is not None:
+            return set(self.scope)
+        everywhere: set[SegmentId] = set(p.holders)
+        everywhere.update(p.pending)
+        for name in p.tier_of:
+            everywhere.update(p.loading[name])
+        out = everywhere - p.used
+        out |= everywhere & self.members("drop")
+        classes = [(t, m) for t, m in self._classes.values() if t.kind == "load" and m]
+        for tier in sorted(p.tiers):
+            wants = [(t.replicants.get(tier, 0), m) for t, m in classes]
+            if not wants:
+                continue
+            levels = self.copy_levels(tier, max(w for w, _ in wants) + 1)
+            for want, m in wants:
+                out |= m & levels[want]
+        return out
 
     def cancel_on_decommissioning(self, stage: int) -> None:
         """Decommissioning servers get nothing new: their queued loads go before any assignment, so the
@@ -646,11 +774,14 @@ class _Run:
         pending, p.mark_pending = p.mark_pending, set()
         if self.scope is None or p.mark_all:
             p.mark_all = False
-            by_source: dict[str, list[SegmentDescriptor]] = {}
-            for sid in p.used:
-                by_source.setdefault(sid.data_source, []).append(p.segments[sid])
-            for source, segments in sorted(by_source.items()):
-                self._mark_in(source, segments, None)
+            by_source = self._used_by_source  # the run's used segments: nothing left the used set since
+            if by_source is None:
+                by_source = {}
+                for sid in p.used:
+                    by_source.setdefault(sid.data_source, []).append(sid)
+            for source, sids in sorted(by_source.items()):
+                if _versions_overlap(sids):  # asked of the ids: descriptors only where something may be hidden
+                    self._mark_in(source, [p.segments[sid] for sid in sids], None)
             return
         candidates: dict[str, set[SegmentId]] = {}
         for sid in pending:
@@ -684,6 +815,9 @@ class _Run:
 
     # -- the run ----------------------------------------------------------------------------
     def metrics_at_start(self) -> None:
+        if self.scope is None:
+            self._metrics_at_start_full()
+            return
         for sid, target in self.targets.items():
             if target.kind != "load" or target.total == 0:
                 continue
@@ -692,6 +826,24 @@ class _Run:
             for tier, want in target.replicants.items():
                 if 0 < self.p.copies(sid, tier).loaded < want:
                     self.metrics[f"segment/underReplicated/count/{tier}"] += 1
+
+    def _metrics_at_start_full(self) -> None:
+        """:meth:`metrics_at_start` for every segment at once: set arithmetic over the tiers' loaded copies."""
+        p = self.p
+        classes = self.classes("load")
+        unavailable = sum(len(m.difference(p.holders)) for _, m in classes)
+        if unavailable:
+            self.metrics["segment/unavailable/count"] += unavailable
+        depth: dict[str, int] = {}
+        for t, _ in classes:
+            for tier, want in t.replicants.items():
+                depth[tier] = max(depth.get(tier, 0), want)
+        for tier, d in sorted(depth.items()):
+            levels = self.copy_levels(tier, d, pending=False)
+            under = sum(len(m & levels[0]) - len(m & levels[want - 1])
+                        for t, m in classes for tt, want in t.replicants.items() if tt == tier and want > 1)
+            if under:
+                self.metrics[f"segment/underReplicated/count/{tier}"] += under
 
     def total_cost(self) -> float:
         total = 0.0
@@ -734,7 +886,7 @@ class _Run:
         self.unload(12)                                                             # 12
         self.broadcast_only_decommissioning(13)                                     # 13
         self.mark_overshadowed()
-        self.unused.extend((sid, "drop rule") for sid, t in self.targets.items() if t.kind == "drop")
+        self.unused.extend((sid, "drop rule") for sid in sorted(self.members("drop"), key=_ID))
         for sid, _reason in self.unused:
             p.mark_unused(sid)
         metrics: dict[str, object] = {}
@@ -780,19 +932,30 @@ def _draws(seed: str, n: int) -> Iterator[int]:
         yield at_j
 
 
-def _versions_overlap(segments: list[SegmentDescriptor]) -> bool:
-    """Whether two segments of different time chunks (interval and version) share an instant (a sweep in start
-    order); when none do, nothing can overshadow anything (partitions of one chunk never hide each other)."""
-    ordered = sorted(segments, key=lambda s: (s.interval.start, s.interval.end))
-    reach, chunks = -(1 << 62), set[tuple[int, int, str]]()
-    for seg in ordered:
-        if seg.interval.start >= reach:
-            chunks = set()
-        chunks.add((seg.interval.start, seg.interval.end, seg.version))
-        if len(chunks) > 1:
-            return True
-        reach = max(reach, seg.interval.end)
-    return False
+def _versions_overlap(segments: Sequence[SegmentDescriptor] | Sequence[SegmentId]) -> bool:
+    """Whether two segments of different time chunks (interval and version) share an instant; when none do,
+    nothing can overshadow anything (partitions of one chunk never hide each other).
+
+    The distinct chunks in (start, end) order: one shares an instant with an earlier one exactly when it starts
+    before the latest end so far (two chunks of one interval: when the interval is not empty). Vectorised: a
+    data source of a million hourly segments costs a set of their chunks and two NumPy passes.
+
+    >>> from events import Interval
+    >>> ids = [SegmentId("w", Interval(0, 10), "v1"), SegmentId("w", Interval(10, 20), "v1", 1)]
+    >>> _versions_overlap(ids), _versions_overlap(ids + [SegmentId("w", Interval(5, 15), "v2")])
+    (False, True)
+    >>> _versions_overlap(ids + [SegmentId("w", Interval(0, 10), "v0")])
+    True
+    """
+    chunks = set(map(_CHUNK, segments))
+    if len(chunks) < 2:
+        return False
+    starts, ends, _versions = zip(*chunks, strict=True)
+    start = np.array(starts, dtype=np.int64)
+    end = np.array(ends, dtype=np.int64)
+    order = np.lexsort((end, start))
+    start, end = start[order], end[order]
+    return bool(np.any(start[1:] < np.maximum.accumulate(end)[:-1]))
 
 
 def _put(metrics: dict[str, object], key: str, value: int) -> None:

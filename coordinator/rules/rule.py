@@ -161,6 +161,11 @@ class Rule:
         return _TYPES[self.type][0]
 
     @property
+    def matches_every_interval(self) -> bool:
+        """Whether the rule applies to every segment whatever its interval and the time (the ``*Forever`` rules)."""
+        return _TYPES[self.type][1] == "forever"
+
+    @property
     def tiered_replicants(self) -> Mapping[str, int]:
         """Tier to replica count (read-only); empty for drop and broadcast rules."""
         return MappingProxyType(dict(self.replicants))

@@ -114,6 +114,17 @@ class RuleSet:
                 return rule
         return None
 
+    def interval_free(self, data_source: str) -> tuple[bool, Rule | None]:
+        """``(True, rule)`` when every segment of the data source gets the same rule whatever its interval and
+        ``now`` (its chain is empty, ``rule`` None, or starts with a ``*Forever`` rule); ``(False, None)`` when the
+        rule depends on the interval (ask :meth:`rule_for` or :meth:`matcher` per segment)."""
+        chain = self.chain(data_source)
+        if not chain:
+            return True, None
+        if chain[0].matches_every_interval:
+            return True, chain[0]
+        return False, None
+
     def matcher(self, now: int) -> Callable[[str, Interval], Rule | None]:
         """``rule_for`` at a fixed ``now`` for many segments: each data source's chain and each period
         rule's window are computed once."""
