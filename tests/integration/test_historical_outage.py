@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -27,15 +25,6 @@ from tests.integration.processes import wait_for
 from tests.integration.test_historical import T0, Running, read, seg
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
-    broker = LocalBroker(tmp_path / "kafka-home", heap_mb=384, log_level="WARN")
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def test_a_historical_started_during_an_outage_waits_and_answers_nothing_twice(

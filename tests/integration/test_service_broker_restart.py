@@ -24,7 +24,6 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,17 +50,6 @@ pytestmark = pytest.mark.integration
 DOWN_S = 8.0
 
 
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
-    # LocalBroker.start reuses the recorded port when ``port_free`` says so; it binds with SO_REUSEADDR, as the
-    # JVM does, so TIME_WAIT leftovers of the killed broker's connections do not move the restart to a new port.
-    broker = LocalBroker(tmp_path / "kafka-home", heap_mb=384, log_level="WARN")
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
 def produce(bootstrap: str, topics: Topics, items: list[Envelope[Event] | bytes]) -> None:
     producer = EventProducer(bootstrap, topics)
     for item in items:
@@ -70,7 +58,6 @@ def produce(bootstrap: str, topics: Topics, items: list[Envelope[Event] | bytes]
         else:
             producer.send(item)
     producer.flush(60)
-
 
 
 def test_broker_killed_and_restarted_mid_stream_service_resumes_and_loses_nothing(

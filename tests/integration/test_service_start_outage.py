@@ -23,7 +23,6 @@ import asyncio
 import io
 import time
 import uuid
-from collections.abc import Iterator
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -42,15 +41,6 @@ from tests.integration.test_service_timeline import Service, env, read_all, seg,
 pytestmark = pytest.mark.integration
 
 WAITING = "broker unreachable for"  # the start-up waits' line (until_reachable, until_bootstrapped)
-
-
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
-    broker = LocalBroker(tmp_path / "kafka-home", heap_mb=384, log_level="WARN")
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 class Exited(Exception):
