@@ -49,7 +49,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from bench.broker import bench_broker
 from coordinator.locks.lockbox import Lockbox
@@ -63,6 +63,7 @@ from events.segments import SegmentAnnounced, SegmentsPublished, SegmentUnannoun
 from events.tasks import LockRequested, PublishRequested, TaskStarted
 from events.topics import COMMANDS, LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
 from streaming.admin import create_topics
+from streaming.offsets import watermarks
 from streaming.producer import EventProducer
 from tests.accepted import through_lockbox
 
@@ -174,19 +175,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def end_offset(bootstrap: str, topic: str, attempts: int = 20) -> int:
-    """The end offset of ``topic``'s partition 0; a broker still electing its leader (NOT_LEADER_FOR_PARTITION
-    on a loaded machine) is asked again."""
+def end_offset(bootstrap: str, topic: str) -> int:
+    """The end offset of ``topic``'s partition 0 (asked again while a loaded broker elects its leader)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
     try:
-        for attempt in range(attempts):
-            try:
-                return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
-            except KafkaException:
-                if attempt == attempts - 1:
-                    raise
-                time.sleep(0.5)
-        raise AssertionError("unreachable")
+        return watermarks(c, TopicPartition(topic, 0))[1]
     finally:
         c.close()
 

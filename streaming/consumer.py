@@ -30,6 +30,7 @@ from events.registry import Event
 from events.schema import EventValidationError, Instant
 from events.topics import Topics
 from streaming import credentials
+from streaming.offsets import watermarks
 from streaming.producer import EventProducer
 
 log = logging.getLogger("segcoord.consumer")
@@ -174,18 +175,9 @@ class EventConsumer:
             if tp.offset >= 0 and tp.offset > self._positions.get((tp.topic, tp.partition), 0):
                 self._positions[(tp.topic, tp.partition)] = tp.offset
 
-    def _high_watermark(self, name: str, partition: int, patience_s: float = 30.0) -> int:
+    def _high_watermark(self, name: str, partition: int) -> int:
         """A partition's end offset; a topic created a moment ago may have no leader yet: wait for one."""
-        deadline = time.monotonic() + patience_s
-        while True:
-            try:
-                return int(self._consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=10)[1])
-            except KafkaException as e:
-                code = e.args[0].code() if e.args and isinstance(e.args[0], KafkaError) else None
-                if code not in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                                KafkaError.UNKNOWN_TOPIC_OR_PART) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        return watermarks(self._consumer, TopicPartition(name, partition))[1]
 
     def _dead_letter(self, msg: Message, reason: str) -> None:
         self._dlq.send(dead_letter_envelope(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),

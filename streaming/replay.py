@@ -49,7 +49,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -72,6 +71,7 @@ from events.tasks import TaskStarted
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE, Topics
 from events.visibility import SegmentVisibilityChanged
 from streaming import credentials
+from streaming.offsets import watermarks
 
 ORDER = (LOCK_REQUESTS, LOCKS, SEGMENTS, CLUSTER, COMMANDS, TIMELINE)
 PLACEMENT_TOPICS = (SEGMENTS, CLUSTER, COMMANDS)  # what the planner agent folds
@@ -119,19 +119,15 @@ class Until:
                               f"(topics: {', '.join(ORDER)}): {e}") from None
 
 
-def _watermarks(consumer: Consumer, name: str, partition: int, patience_s: float = 30.0) -> tuple[int, int]:
+LEADERLESS = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})  # a missing topic fails
+
+
+def _watermarks(consumer: Consumer, name: str, partition: int) -> tuple[int, int]:
     """A partition's low and high offsets; a topic created a moment ago may have no leader yet: wait for one."""
-    deadline = time.monotonic() + patience_s
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=10)
-            return int(low), int(high)
-        except KafkaException as e:
-            code = e.args[0].code() if e.args and isinstance(e.args[0], KafkaError) else None
-            if code not in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE) \
-                    or time.monotonic() > deadline:
-                raise ReplayError(f"cannot read the offsets of {name}[{partition}]: {e}") from None
-            time.sleep(0.2)
+    try:
+        return watermarks(consumer, TopicPartition(name, partition), electing=LEADERLESS)
+    except KafkaException as e:
+        raise ReplayError(f"cannot read the offsets of {name}[{partition}]: {e}") from None
 
 
 def _all_records(consumer: Consumer, topics: Topics) -> list[list[LogRecord]]:

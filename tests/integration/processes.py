@@ -79,18 +79,3 @@ def wait_for(what: str, check: Callable[[], Any], processes: SegcoordProcess | S
         time.sleep(poll)  # the poll interval, not a wait for an outcome
     raise AssertionError(f"no {what} after {timeout}s:\n" + "\n".join(p.tail() for p in procs))
 
-
-def watermarks(consumer: Any, tp: Any, timeout: float = 10.0) -> tuple[int, int]:
-    """``consumer.get_watermark_offsets(tp)``, retried while the broker answers with a retriable error (for example
-    NOT_LEADER_FOR_PARTITION while a just-created topic's leader is elected, seen on a loaded CI machine)."""
-    from confluent_kafka import KafkaException
-
-    deadline = time.monotonic() + max(timeout, 60.0)
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
-            return int(low), int(high)
-        except KafkaException as e:
-            if not e.args[0].retriable() or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)  # the poll interval while the leader is elected

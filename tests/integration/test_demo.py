@@ -26,8 +26,8 @@ from events.cluster import RulesSet
 from events.schema import Instant
 from events.topics import DEFAULT_PREFIX, TOPIC_SPECS
 from streaming.admin import create_topics
+from streaming.offsets import watermarks
 from streaming.producer import EventProducer
-from tests.integration.processes import watermarks
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 SEGCOORD = str(Path(sys.executable).parent / "segcoord")

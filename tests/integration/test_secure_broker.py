@@ -30,10 +30,10 @@ from streaming.admin import create_topics
 from streaming.cli import main
 from streaming.credentials import CONFIG_ENV, client_config
 from streaming.local_broker import LocalBroker
+from streaming.offsets import watermarks
 from streaming.producer import EventProducer, ProduceError
 from streaming.task_client import TaskClient
 from streaming.writes import submit
-from tests.integration.processes import watermarks
 from tests.integration.test_service_planner import Historicals, PlanService
 from tests.integration.test_service_timeline import T0, wait_for
 

@@ -27,12 +27,12 @@ from events.schema import EventValidationError, Instant
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished, SegmentUnannounced
 from events.topics import CLUSTER, COMMANDS, SEGMENTS
 from streaming.historical import Historical
+from streaming.offsets import watermarks
 from streaming.producer import EventProducer
 from streaming.service.planner_agent import FORMAT_VERSION, STORE_NAME, load_state
 from streaming.service.state import AgentStateStore
 from streaming.writes import coordinator_group
 from tests.accepted import import_request
-from tests.integration.processes import watermarks
 from tests.integration.test_service_timeline import SEGCOORD, T0, Service, read_all, wait_for
 
 pytestmark = pytest.mark.integration

@@ -49,12 +49,12 @@ from events.cluster import DynamicConfigSet, RulesSet, SegmentLoadRefused, Serve
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.topics import CLUSTER, COMMANDS, SEGMENTS
 from streaming.admin import create_topics
+from streaming.offsets import watermarks
 from streaming.replay import audit
 from streaming.service.intake import InputRecord
 from streaming.service.planner_agent import FAULT_ENV, FORMAT_VERSION, STORE_NAME, PlannerAgent
 from streaming.service.state import AgentStateStore
 from tests.accepted import import_request
-from tests.integration.processes import watermarks
 from tests.integration.test_service_planner import Historicals, PlanService, planner_read_all, send
 from tests.integration.test_service_timeline import T0, wait_for
 

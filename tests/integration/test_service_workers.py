@@ -36,13 +36,14 @@ from events.cluster import DynamicConfigSet, RulesSet
 from events.commands import LoadSegment
 from events.topics import COMMANDS, LOCK_REQUESTS, LOCKS, SEGMENTS, TIMELINE
 from streaming.admin import create_topics
+from streaming.offsets import watermarks
 from streaming.producer import EventProducer
 from streaming.replay import audit
 from streaming.service.election import HEADER
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import FORMAT_VERSION, STORE_NAME
 from tests.accepted import import_request
-from tests.integration.processes import SEGCOORD, SegcoordProcess, wait_for, watermarks
+from tests.integration.processes import SEGCOORD, SegcoordProcess, wait_for
 from tests.integration.test_service_lockbox import dedup, request_stream
 from tests.integration.test_service_lockbox import pure_fold as lockbox_fold
 from tests.integration.test_service_planner import Historicals, send

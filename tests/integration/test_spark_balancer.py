@@ -37,8 +37,8 @@ from events.segments import SegmentsMarkedUnused, SegmentsPublished
 from events.topics import COMMANDS
 from streaming.balancer import job
 from streaming.consumer import EventConsumer
+from streaming.offsets import watermarks
 from streaming.producer import EventProducer
-from tests.integration.processes import watermarks
 from tests.unit.balancer.balancer_events import T0, TIER, ClusterSpec, Executor
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
