@@ -436,12 +436,17 @@ class Historicals:
         self._thread.join(30)
 
 
-def await_lock_version(bootstrap: str, topics: Topics, request_id: str, timeout: float = 60) -> str:
+def await_lock_version(bootstrap: str, topics: Topics, request_id: str, timeout: float = 60,
+                       worker: Worker | None = None) -> str:
+    """The version of the lock granted to ``request_id``; exits the benchmark when ``timeout`` passes first or the
+    ``worker`` (the process that answers) exited."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
     c.assign([TopicPartition(topics.name(LOCKS), 0, 0)])
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
+            if worker is not None and worker.proc.poll() is not None:
+                raise SystemExit(f"segcoord run exited before granting {request_id}; see {worker.log}")
             m = c.poll(0.1)
             if m is not None and m.error() is None:
                 ev = decode(m.value()).event
@@ -538,8 +543,13 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
                                              data_source=ds, interval=span, granularity="timeChunk",
                                              lock_type="exclusive"), "lock-1", at(), ds))
         producer.flush()
-        # restoring a 1M-segment store takes minutes before the worker answers
-        version = await_lock_version(bootstrap, topics, "lock-1", timeout=120 + preload / 2000)
+        # the worker answers once it restored every store: at 100k segments 10-20 CPU seconds for the planner's, which
+        # took more than the 170 s allowed before while the machine gave the worker a tenth of a core; now the wait is
+        # as long as the worker lives, within a ceiling of 1 s per 200 segments (an hour at 1M)
+        waited = time.perf_counter()
+        version = await_lock_version(bootstrap, topics, "lock-1", timeout=300 + preload / 200, worker=worker)
+        print(f"placement: the worker restored its stores and granted the lock {time.perf_counter() - waited:.1f}s "
+              "after it was requested")
 
         def seg(hour: int) -> SegmentDescriptor:
             return SegmentDescriptor(ds, Interval(T0 + hour * HOUR, T0 + (hour + 1) * HOUR), version, 0, 1_000_000)

@@ -55,6 +55,14 @@ class EventProducer:
         if self.on_sent is not None:
             self.on_sent(topic, value, envelope)
 
+    def send_encoded(self, envelope: Envelope[Event], value: bytes) -> None:
+        """:meth:`send` of an envelope whose encoding the caller already made: ``value`` must be
+        ``encode(envelope)`` (the lockbox agent builds a sealed publish's bytes while it seals it)."""
+        topic = self.topics.name(envelope.event.event_topic)
+        self.send_raw(topic, envelope.key.encode(), value)
+        if self.on_sent is not None:
+            self.on_sent(topic, value, envelope)
+
     def send_raw(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         """Queue raw bytes on a physical topic (dead letters, tests of malformed input).
 

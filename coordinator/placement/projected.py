@@ -712,7 +712,9 @@ def _toggle(members: set[str] | set[SegmentId], x: object, sign: int) -> None:
 
 
 def _count(index: dict[SegmentId, Counter[str]], sid: SegmentId, tier: str, sign: int) -> None:
-    c = index.setdefault(sid, Counter())
+    c = index.get(sid)
+    if c is None:  # not setdefault(sid, Counter()): that built a Counter (a Python-level __init__) on every call
+        c = index[sid] = Counter()
     c[tier] += sign
     if not c[tier]:
         del c[tier]

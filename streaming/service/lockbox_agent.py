@@ -79,13 +79,13 @@ agent and build a new one from the store (the worker exits and is restarted).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import orjson
 
 from coordinator.locks.lockbox import Lockbox
-from coordinator.locks.seal import seal_event, seal_publish
+from coordinator.locks.seal import seal_event, sealed_publish
 from coordinator.locks.snapshot import lockbox_from_json, snapshot_to_json
 from events.envelope import Envelope, decode
 from events.ids import derived_event_id
@@ -95,7 +95,7 @@ from events.registry import Event
 from events.segments import SegmentsMarkedUnused, SegmentsMarkedUsed, SegmentsPublished
 from events.topics import LOCK_REQUESTS, Topics
 from streaming import credentials
-from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, seen
+from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, prior_ids, seen_in
 from streaming.service.state import AgentStateStore, StoreBatch
 
 FORMAT_VERSION = "lockbox-agent/3"  # 3: lockbox snapshot format 2 (replaceChunks, nextOverwrite)
@@ -158,6 +158,8 @@ class LockboxAgent:
         self.topics = topics
         self.input_topic = topics.name(LOCK_REQUESTS)
         self.sink = sink
+        # a sink that takes an envelope with its encoding (the worker's producer): a sealed publish is encoded once
+        self._send_encoded: Callable[[Envelope[Event], bytes], None] | None = getattr(sink, "send_encoded", None)
         self.snapshot_every = snapshot_every if snapshot_every is not None else snapshot_every_default()
         if self.snapshot_every < 1:
             raise ValueError(f"snapshot_every must be at least 1, not {self.snapshot_every}")
@@ -178,9 +180,10 @@ class LockboxAgent:
         batch = self.store.batch()
         applied_now: list[bytes] = []
         c = self.counters
+        prior = prior_ids(records, self._next, self.store)  # one store look-up for the batch's ids
         for rec in records:
             env = admit(rec, LOCK_REQUESTS, self._next, batch, c, self._dead_letter)
-            if env is None or seen(env, batch, self.store, c):
+            if env is None or seen_in(env, batch, prior, c):
                 continue
             try:
                 decisions = self.lockbox.handle(env)
@@ -228,13 +231,17 @@ class LockboxAgent:
             self.sink.send(out_env)
         j = 0
         for decision, decision_id in zip(decisions, decision_ids, strict=True):
-            out = publish_of(decision)
+            out = publish_of(decision, decision_id)
             if out is None:
                 continue
             out_id = derived_event_id(rec.topic, rec.partition, rec.offset, len(decisions) + j)
             j += 1
             unsealed = Envelope(out, out_id, env.occurred_at, out.segments[0].data_source, env.event_id)
-            self.sink.send(seal_publish(unsealed, decision_id, self.publish_key))
+            sealed, value = sealed_publish(unsealed, decision_id, self.publish_key)
+            if self._send_encoded is not None:
+                self._send_encoded(sealed, value)
+            else:
+                self.sink.send(sealed)
         self.counters.emitted += len(decisions) + j
 
     def _dead_letter(self, rec: InputRecord, reason: str) -> None:
@@ -244,13 +251,16 @@ class LockboxAgent:
         self.counters.last_reasons = [*self.counters.last_reasons[-9:], reason]
 
 
-def publish_of(decision: Event) -> SegmentsPublished | None:
-    """The ``segments_published`` twin of a decision that commits segments (unsealed), or None."""
+def publish_of(decision: Event, decision_id: str | None = None) -> SegmentsPublished | None:
+    """The ``segments_published`` twin of a decision that commits segments (unsealed, naming ``decision_id``),
+    or None."""
     if isinstance(decision, PublishAccepted):
         return SegmentsPublished(task_id=decision.task_id, segments=decision.segments,
-                                 start_metadata=decision.start_metadata, end_metadata=decision.end_metadata)
+                                 start_metadata=decision.start_metadata, end_metadata=decision.end_metadata,
+                                 decision_id=decision_id)
     if isinstance(decision, SegmentsImported) and not decision.already_imported:
-        return SegmentsPublished(task_id=f"import:{decision.request_id}", segments=decision.segments)
+        return SegmentsPublished(task_id=f"import:{decision.request_id}", segments=decision.segments,
+                                 decision_id=decision_id)
     return None
 
 

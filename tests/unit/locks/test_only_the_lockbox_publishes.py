@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.locks.lockbox import Lockbox
-from coordinator.locks.seal import publish_refusal, seal_publish
+from coordinator.locks.seal import publish_refusal, seal_publish, sealed_publish
 from coordinator.locks.snapshot import lockbox_from_json, snapshot_to_json
 from events import Envelope, Event, Interval, SegmentDescriptor, Topics, decode, encode
 from events.deadletter import DeadLettered
@@ -188,3 +188,20 @@ def test_the_sealed_bytes_are_those_of_the_unsealed_copy(decision: str | None, s
         sealed = seal_publish(env, "d9", KEY)
         assert publish_refusal(sealed, KEY) is None
         assert publish_refusal(replace(sealed, key="other"), KEY) is not None
+
+
+# -- sealing and encoding in one pass ----------------------------------------------------------------------
+@pytest.mark.parametrize("start, end", [(None, None), ({"p": 1}, None), (None, {"p": 2}), ({"p": 1}, {"p": 2})])
+@pytest.mark.parametrize("named", [None, "earlier-decision"])
+@pytest.mark.parametrize("causation", [None, "r1"])
+def test_a_publish_sealed_with_its_bytes_is_what_encode_writes(start: object, end: object, named: str | None,
+                                                               causation: str | None) -> None:
+    """The lockbox sends a sealed publish as the bytes it built while sealing: a consumer reading them must get
+    exactly the sealed envelope (the seal verifies on it), or every publish would be refused or differ."""
+    event = SegmentsPublished(task_id="t", segments=(seg(0), seg(1, "v2")), start_metadata=start,
+                              end_metadata=end, decision_id=named)
+    env: Envelope[SegmentsPublished] = Envelope(event, "e1", Instant(T0), "wiki", causation)
+    sealed, value = sealed_publish(env, "d1", KEY)
+    assert sealed == seal_publish(env, "d1", KEY)
+    assert value == encode(sealed)
+    assert decode(value) == sealed and publish_refusal(decode(value), KEY) is None
