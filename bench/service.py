@@ -47,6 +47,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -504,7 +505,7 @@ def published_at(bootstrap: str, topics: Topics, data_source: str) -> dict[str, 
     return out
 
 
-def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, paced: int, rate: float,
+def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, paced: int, rates: list[float],
                       planner: str = "incremental", direct: bool = False, balancer: str = "planner") -> float | None:
     """Publish request -> LoadSegment latency, on a cluster of ``servers`` holding ``preload`` segments.
 
@@ -512,9 +513,10 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
     loaded (2 replicas, Druid's default rule; :class:`Historicals` answers every command at once), or, with
     ``direct``, restored by the worker from a planner store written before it starts (:func:`preload_store`:
     the same state, reached in a minute instead of hours at 1M segments); then
-    ``paced`` PublishRequested of one new segment each at ``rate``/s. Latency = the LoadSegment of the segment
-    read on ``commands`` minus the time its publish request was produced (it goes request -> lockbox agent
-    -> SegmentsPublished -> planner agent -> LoadSegment)."""
+    ``paced`` PublishRequested of one new segment each at each of ``rates`` per second in turn (one window per rate
+    on the same worker, settled in between; the load average printed beside each), the first returned. Latency =
+    the LoadSegment of the segment read on ``commands`` minus the time its publish request was produced (it goes
+    request -> lockbox agent -> SegmentsPublished -> planner agent -> LoadSegment)."""
     topics = Topics(f"bench{uuid.uuid4().hex[:8]}.")
     create_topics(bootstrap, topics, partitions=1)
     state_dir = work / f"state-placement-{planner}"
@@ -575,51 +577,80 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             worker.wait("a load of the probe", lambda: str(probe.id) in hist.loads_read, deadline)
             print(f"placement: the worker restored and planned a probe {time.perf_counter() - started:.1f}s "
                   "after the lock was granted")
-        # settle: the worker reads the answers and its own commands back; measure a caught-up service
-        quiet_since, last = time.monotonic(), None
-        while time.monotonic() - quiet_since < 5.0 and time.monotonic() < deadline:
-            now_ends = (end_offset(bootstrap, topics.name(SEGMENTS)), end_offset(bootstrap, topics.name(COMMANDS)))
-            if now_ends != last:
-                quiet_since, last = time.monotonic(), now_ends
-            time.sleep(0.5)
-        time.sleep(5.0)
-        print(f"  settled {time.perf_counter() - started:.1f}s after the preload began")
-        sent_at: dict[str, float] = {}
-        spy = attach_profile(worker, planner, paced / rate + 1)
-        cpu_began = cpu_seconds(worker.proc.pid)
-        began = time.perf_counter()
+        windows: list[_Window] = []
         first = 1 if direct else preload
-        for i in range(paced):
-            s = seg(first + i)
-            sent_at[str(s.id)] = time.time()
-            producer.send(Envelope(PublishRequested(request_id=f"pub-{i}", task_id="t1", segments=(s,)),
-                                   f"pub-{i}", at(), ds))
-            producer._producer.poll(0)
-            pause = began + (i + 1) / rate - time.perf_counter()
-            if pause > 0:
-                time.sleep(pause)
-        producer.flush()
-        deadline = time.monotonic() + 60 + preload / 1000  # a full run at 1M segments takes about a minute
-        while any(k not in hist.loads_read for k in sent_at) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        window = time.perf_counter() - began
-        busy = (cpu_seconds(worker.proc.pid) - cpu_began) / window
+        for n, rate in enumerate(rates):
+            # settle: the worker reads the answers and its own commands back; measure a caught-up service
+            quiet_since, last = time.monotonic(), None
+            while time.monotonic() - quiet_since < 5.0 and time.monotonic() < deadline:
+                now_ends = (end_offset(bootstrap, topics.name(SEGMENTS)),
+                            end_offset(bootstrap, topics.name(COMMANDS)))
+                if now_ends != last:
+                    quiet_since, last = time.monotonic(), now_ends
+                time.sleep(0.5)
+            time.sleep(5.0)
+            print(f"  settled {time.perf_counter() - started:.1f}s after the preload began")
+            w = _Window(rate, os.getloadavg()[0])
+            if n == 0:
+                spy = attach_profile(worker, planner, paced / rate + 1)
+            cpu_began = cpu_seconds(worker.proc.pid)
+            began = time.perf_counter()
+            for i in range(paced):
+                s = seg(first + i)
+                w.sent_at[str(s.id)] = time.time()
+                producer.send(Envelope(PublishRequested(request_id=f"pub-{n}-{i}", task_id="t1", segments=(s,)),
+                                       f"pub-{n}-{i}", at(), ds))
+                producer._producer.poll(0)
+                pause = began + (i + 1) / rate - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+            first += paced
+            producer.flush()
+            until = time.monotonic() + 60 + preload / 1000  # a full run at 1M segments takes about a minute
+            while any(k not in hist.loads_read for k in w.sent_at) and time.monotonic() < until:
+                time.sleep(0.1)
+            w.seconds = time.perf_counter() - began
+            w.busy = (cpu_seconds(worker.proc.pid) - cpu_began) / w.seconds
+            w.load_after = os.getloadavg()[0]
+            windows.append(w)
         if spy is not None:
             spy.wait(120)
         published = published_at(bootstrap, topics, ds)
     finally:
         hist.stop()
         worker.stop()
+    p99s = [_report(w, hist, published, planner, servers, preload, paced) for w in windows]
+    if not p99s or p99s[0] is None:
+        print(f"placement latency: no LoadSegment observed ({hist.loads} loads in all); see {worker.log}")
+    return p99s[0] if p99s else None
+
+
+@dataclass
+class _Window:
+    """One paced window of publish requests: its rate, when each was sent, the worker's CPU, the load average."""
+
+    rate: float
+    load_before: float
+    sent_at: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    busy: float = 0.0
+    load_after: float = 0.0
+
+
+def _report(w: _Window, hist: Historicals, published: dict[str, float], planner: str, servers: int, preload: int,
+            paced: int) -> float | None:
+    """Print one window's figures; its p99 (None: no load seen)."""
+    sent_at, rate = w.sent_at, w.rate
     lat = sorted((hist.loads_read[k] - sent_at[k]) * 1000 for k in sent_at if k in hist.loads_read)
     if not lat:
-        print(f"placement latency: no LoadSegment observed ({hist.loads} loads in all); see {worker.log}")
         return None
     inside = sorted((hist.loads_created[k] - sent_at[k]) * 1000 for k in sent_at if k in hist.loads_created)
     p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
     # CPU per publish: what the worker needs, steadier than latency on a shared machine. The agents' Python code
     # shares one GIL: at 1000/s, 1 ms per publish (much of it under the GIL) is a whole core, and queues build
-    print(f"  the worker used {busy:.2f} CPU seconds per second from the first publish to the last load read "
-          f"({window:.1f}s): {busy * window / paced * 1000:.2f} CPU ms per publish")
+    print(f"  the worker used {w.busy:.2f} CPU seconds per second from the first publish to the last load read "
+          f"({w.seconds:.1f}s): {w.busy * w.seconds / paced * 1000:.2f} CPU ms per publish; load average "
+          f"{w.load_before:.1f} before, {w.load_after:.1f} after")
     print(f"[{planner} planner] placement latency, publish request -> LoadSegment read "
           f"({len(lat)}/{len(sent_at)} at {rate:.0f}/s, "
           f"{servers} servers, {preload} segments): p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms; "
@@ -643,6 +674,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--paced", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--also-rates", type=float, nargs="*", default=[],
+                        help="placement: further paced windows at these rates on the same worker after --rate's")
     parser.add_argument("--servers", type=int, default=10)
     parser.add_argument("--preload", type=int, default=10_000)
     parser.add_argument("--only", choices=("timeline", "placement", "lockbox", "agent"), default=None,
@@ -676,11 +709,12 @@ def main() -> None:
                 if args.only in (None, "placement"):
                     direct = (args.preload_via or ("direct" if args.preload > 10_000 else "lockbox")) == "direct"
                     base = p99 = None
+                    rates = [args.rate, *args.also_rates]
                     if args.planner in ("both", "full"):
-                        base = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate,
+                        base = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, rates,
                                                  "full", direct, args.balancer)
                     if args.planner in ("both", "incremental"):
-                        p99 = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, args.rate,
+                        p99 = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, rates,
                                                 "incremental", direct, args.balancer)
                     if base and p99:
                         print(f"placement p99: incremental / full-plan baseline = {p99 / base:.4f} "

@@ -46,7 +46,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import replace
-from typing import TypeVar
+from functools import lru_cache
+from typing import Any, TypeVar
 
 import orjson
 
@@ -73,7 +74,35 @@ def _message(env: Envelope[Sealed]) -> bytes:
 
 def seal_of(env: Envelope[Sealed], key: bytes) -> str:
     """The seal the envelope must carry under ``key`` (hex HMAC-SHA256 of the envelope without its seal)."""
-    return hmac.digest(key, _message(env), hashlib.sha256).hex()
+    return _hmac_hex(key, _message(env))
+
+
+_BLOCK = 64  # SHA-256's block size in bytes
+
+
+@lru_cache(maxsize=8)
+def _pads(key: bytes) -> tuple[Any, Any]:
+    """SHA-256 states with the key's inner and outer pads absorbed (RFC 2104), computed once per key."""
+    if len(key) > _BLOCK:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    return hashlib.sha256(key.translate(_IPAD)), hashlib.sha256(key.translate(_OPAD))
+
+
+_IPAD = bytes(x ^ 0x36 for x in range(256))
+_OPAD = bytes(x ^ 0x5C for x in range(256))
+
+
+def _hmac_hex(key: bytes, message: bytes) -> str:
+    """``hmac.digest(key, message, hashlib.sha256).hex()`` (unit-tested equal), from copies of the key's padded
+    states: the one-shot ``hmac.digest`` looks SHA-256 up in OpenSSL 3 on every call, which made it 2-3x slower
+    than this for the 0.5-1 kB of an envelope (py-spy of the worker: a fifth of the lockbox agent's samples)."""
+    inner_pad, outer_pad = _pads(key)
+    inner = inner_pad.copy()
+    inner.update(message)
+    outer = outer_pad.copy()
+    outer.update(inner.digest())
+    return str(outer.hexdigest())
 
 
 def seal_publish(env: Envelope[SegmentsPublished], decision_id: str, key: bytes) -> Envelope[SegmentsPublished]:
@@ -95,7 +124,7 @@ def sealed_publish(env: Envelope[SegmentsPublished], decision_id: str,
         event = replace(event, decision_id=decision_id, seal=None)
         env = Envelope(event, env.event_id, env.occurred_at, env.key, env.causation_id)
     doc = env.to_json()
-    seal = hmac.digest(key, orjson.dumps(doc, option=orjson.OPT_SORT_KEYS), hashlib.sha256).hex()
+    seal = _hmac_hex(key, orjson.dumps(doc, option=orjson.OPT_SORT_KEYS))
     doc["payload"]["seal"] = seal
     sealed = Envelope(replace(event, seal=seal), env.event_id, env.occurred_at, env.key, env.causation_id)
     return sealed, orjson.dumps(doc)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.locks.lockbox import Lockbox
-from coordinator.locks.seal import publish_refusal, seal_publish, sealed_publish
+from coordinator.locks.seal import _hmac_hex, publish_refusal, seal_publish, sealed_publish
 from coordinator.locks.snapshot import lockbox_from_json, snapshot_to_json
 from events import Envelope, Event, Interval, SegmentDescriptor, Topics, decode, encode
 from events.deadletter import DeadLettered
@@ -205,3 +205,15 @@ def test_a_publish_sealed_with_its_bytes_is_what_encode_writes(start: object, en
     assert sealed == seal_publish(env, "d1", KEY)
     assert value == encode(sealed)
     assert decode(value) == sealed and publish_refusal(decode(value), KEY) is None
+
+
+@pytest.mark.parametrize("key_length", [0, 1, 32, 63, 64, 65, 200])
+def test_the_seal_is_hmac_sha256_whatever_the_key_length(key_length: int) -> None:
+    """The seal's HMAC is computed from the key's padded states (faster than ``hmac.digest``): it must stay
+    HMAC-SHA256, or seals written by another build (or checked by audit with the standard library) disagree."""
+    import hashlib
+    import hmac
+
+    key = bytes((7 * i + key_length) % 256 for i in range(key_length))
+    for message in (b"", b"x", bytes(range(256)) * 3):
+        assert _hmac_hex(key, message) == hmac.digest(key, message, hashlib.sha256).hex()
