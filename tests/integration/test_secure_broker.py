@@ -5,7 +5,7 @@ Every client takes its credentials from ``SEGCOORD_KAFKA_CONFIG`` (the role's pr
 ``segcoord kafka start --secure`` wrote), as users run them: the coordinator is ``segcoord run`` in a
 subprocess, the task is a :class:`~streaming.task_client.TaskClient`, the historicals are the simulated
 ones, the operator uses ``segcoord segments import``, ``segments mark-unused`` and a rules write, the
-subscriber reads ``timeline``.
+subscriber reads ``timeline`` and ``upsert-strategy``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -33,6 +34,7 @@ from streaming.local_broker import LocalBroker
 from streaming.offsets import watermarks
 from streaming.producer import EventProducer, ProduceError
 from streaming.task_client import TaskClient
+from streaming.upserts import UpsertStrategy
 from streaming.writes import submit
 from tests.integration.test_service_planner import Historicals, PlanService
 from tests.integration.test_service_timeline import T0, wait_for
@@ -126,6 +128,9 @@ def test_each_role_does_its_job_and_nothing_else(secure_broker: LocalBroker, tmp
                 return seen if {str(old.id), str(new.id)} <= seen else set()
 
             wait_for("the imported and the published segment visible", visible, service, 120)
+            strategies = UpsertStrategy(bootstrap, topics)  # `segcoord upserts` reads upsert-strategy as a subscriber
+            strategies.catch_up(0.5)
+            assert strategies.tables() == [] and strategies.undecodable == 0
 
             # operator: mark the imported segment unused (through the lockbox: the operator holds no publish key)
             monkeypatch.setenv(CONFIG_ENV, props(secure_broker, "operator"))
@@ -187,3 +192,42 @@ def test_a_bad_password_is_refused(secure_broker: LocalBroker) -> None:
     no_sasl = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})  # plaintext: no answer
     with pytest.raises(KafkaException):
         no_sasl.list_topics(timeout=5)
+
+
+@pytest.mark.spark
+def test_the_spark_balancer_reads_and_writes_with_the_coordinators_credentials(
+        secure_broker: LocalBroker, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark's Kafka source and the job's command sink take the coordinator's credentials from
+    ``SEGCOORD_KAFKA_CONFIG``: the moves are the pure balancing stage's, and no process's command line
+    (the Spark JVM's included) holds the password."""
+    from tests.integration.test_spark_balancer import moves_of, pure_moves, run_available_now
+    from tests.unit.balancer.balancer_events import ClusterSpec
+
+    bootstrap = secure_broker.status().bootstrap
+    assert bootstrap is not None
+    topics = Topics(f"k{uuid.uuid4().hex[:10]}.")
+    admin = secure_broker.admin_config()
+    monkeypatch.setenv(CONFIG_ENV, props(secure_broker, "admin"))
+    create_topics(bootstrap, topics, partitions=1)
+    local_sasl.grant_acls(bootstrap, admin, topics)
+    spec = ClusterSpec(servers=8, new_servers=1, data_sources=3, hours=48)
+    events = spec.events()
+    producer = EventProducer(bootstrap, topics)  # as the admin: the cluster's history
+    for env in events:
+        producer.send(env)
+    producer.flush()
+
+    monkeypatch.setenv(CONFIG_ENV, props(secure_broker, "coordinator"))
+    run_available_now(spark, bootstrap, topics, tmp_path / "ck")
+    commands = [decode(v) for v in values(bootstrap, admin, topics.name(COMMANDS))]
+    assert moves_of(commands) == pure_moves(spec, events)
+
+    secret = local_sasl.password(secure_broker.dir, "coordinator").encode()
+    leaks = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and secret in (proc / "cmdline").read_bytes():
+                leaks.append(proc.name)
+        except OSError:
+            continue  # gone, or not ours to read
+    assert not leaks, f"the coordinator's password is on the command line of processes {leaks}"
