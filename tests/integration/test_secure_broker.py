@@ -231,3 +231,41 @@ def test_the_spark_balancer_reads_and_writes_with_the_coordinators_credentials(
         except OSError:
             continue  # gone, or not ours to read
     assert not leaks, f"the coordinator's password is on the command line of processes {leaks}"
+
+
+def test_the_secure_three_node_cluster_authenticates_and_authorizes_each_role(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``segcoord kafka start --brokers 3 --secure``: replicated topics created by the admin; a task writes its
+    lock requests and is refused on ``segments``; a subscriber reads ``timeline`` and no ``locks``; a bad
+    password is refused. (The roles' whole jobs run on the one-node broker above: same settings per node.)"""
+    from streaming.local_cluster import LocalCluster
+
+    cluster = LocalCluster(tmp_path / "home", 3, secure=True)
+    bootstrap = cluster.start()
+    try:
+        topics = Topics(f"c{uuid.uuid4().hex[:10]}.")
+        monkeypatch.setenv(CONFIG_ENV, str(local_sasl.credentials_dir(cluster.dir) / "admin.properties"))
+        create_topics(bootstrap, topics, partitions=1, replication=3)
+        local_sasl.grant_acls(bootstrap, cluster.admin_config(), topics)
+
+        monkeypatch.setenv(CONFIG_ENV, str(local_sasl.credentials_dir(cluster.dir) / "task.properties"))
+        producer = EventProducer(bootstrap, topics, extra={"message.timeout.ms": 20000})
+        producer.send_raw(topics.name(LOCK_REQUESTS), b"wiki", b'{"a task": "request"}')
+        producer.flush(30)  # allowed (acks=all across the 3 replicas)
+        producer.send_raw(topics.name(SEGMENTS), b"wiki", b'{"forged": true}')
+        with pytest.raises(ProduceError, match="Topic authorization failed"):
+            producer.flush(30)
+        admin = cluster.admin_config()
+        assert values(bootstrap, admin, topics.name(LOCK_REQUESTS)) == [b'{"a task": "request"}']
+        assert values(bootstrap, admin, topics.name(SEGMENTS)) == []
+
+        subscriber = local_sasl.client_settings(cluster.dir, "subscriber")
+        assert values(bootstrap, subscriber, topics.name(TIMELINE)) == []
+        with pytest.raises(KafkaException):
+            values(bootstrap, subscriber, topics.name(LOCKS))
+
+        wrong = {**local_sasl.client_settings(cluster.dir, "task"), "sasl.password": "not-the-password"}
+        with pytest.raises(KafkaException):
+            values(bootstrap, wrong, topics.name(LOCKS))
+    finally:
+        cluster.stop()
