@@ -25,7 +25,8 @@ The cases, per agent (size and shape, :mod:`events.limits`):
   columns; a publish whose segment carries 14,000 upsert keys; a consolidation request of 5,000 intervals.
 
 The upsert agent reads the same ``segments`` records as the timeline and planner (it skips what the timeline
-agent dead-letters: its refusals count as skipped) and ``cluster``.
+agent dead-letters: its refusals count as skipped) and ``cluster``; so does the Spark balancer's fold
+(:class:`SparkBalancerFold`: its batch work without Spark, balancing tier ``hot`` after every record).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -290,9 +291,39 @@ def upsert_cases(key: bytes) -> list[Case]:
     ]
 
 
+class SparkBalancerFold:
+    """The Spark balancer's work per micro-batch without Spark: the batch's values decoded as the job decodes
+    them (:func:`streaming.balancer.state.decode_rows`, values cast to strings as Spark casts them) and
+    :func:`streaming.balancer.batch.run_batch` on its placement (seal check, fold, balancing of tier ``hot``).
+    Undecodable, refused and unfoldable records count as skipped (the worker's agents dead-letter them)."""
+
+    def __init__(self, key: bytes) -> None:
+        import streaming.balancer.batch
+        import streaming.balancer.state  # noqa: F401  (imported here: not timed with the first record)
+        from streaming.balancer.placement import BalancerPlacement
+        from streaming.service.intake import AgentCounters
+
+        self.key = key
+        self.placement = BalancerPlacement()
+        self.counters = AgentCounters()
+        self.batches = 0
+
+    def process(self, records: list[InputRecord]) -> None:
+        from streaming.balancer.batch import run_batch
+        from streaming.balancer.state import decode_rows
+
+        envelopes = decode_rows(None if r.value is None else r.value.decode(errors="replace") for r in records)
+        self.batches += 1
+        summary = run_batch(self.placement, envelopes, self.batches, ("hot",), publish_key=self.key).summaries["hot"]
+        c = self.counters
+        c.applied += summary["records"]
+        c.skipped += summary["skipped"] + summary["refused"] + len(records) - len(envelopes)
+
+
 @contextmanager
 def agents(key: bytes) -> Iterator[dict[str, tuple[Any, KeepSink]]]:
-    """The three agents on fresh RocksDB stores under a temporary folder, with keeping sinks."""
+    """The four agents on fresh RocksDB stores under a temporary folder, with keeping sinks, and the Spark
+    balancer's fold."""
     from streaming.service.lockbox_agent import FORMAT_VERSION as LB
     from streaming.service.lockbox_agent import LockboxAgent
     from streaming.service.planner_agent import FORMAT_VERSION as PL
@@ -310,14 +341,23 @@ def agents(key: bytes) -> Iterator[dict[str, tuple[Any, KeepSink]]]:
         yield {"timeline": (TimelineAgent(tl, TOPICS, sinks[0], publish_key=key), sinks[0]),
                "lockbox": (LockboxAgent(lb, TOPICS, sinks[1], publish_key=key), sinks[1]),
                "planner": (PlannerAgent(pl, TOPICS, sinks[2], publish_key=key), sinks[2]),
-               "upserts": (UpsertAgent(up, TOPICS, sinks[3], publish_key=key), sinks[3])}
+               "upserts": (UpsertAgent(up, TOPICS, sinks[3], publish_key=key), sinks[3]),
+               "balancer": (SparkBalancerFold(key), KeepSink())}
 
 
 def run(key: bytes, clock: Callable[[], float] = time.perf_counter) -> Iterator[Timed]:
     """Every case through every agent that reads its topic, one record per batch; the per-case figures."""
-    plan = {SEGMENTS: ("timeline", "planner", "upserts"), LOCK_REQUESTS: ("lockbox",), CLUSTER: ("planner", "upserts")}
+    plan = {SEGMENTS: ("timeline", "planner", "upserts", "balancer"), LOCK_REQUESTS: ("lockbox",),
+            CLUSTER: ("planner", "upserts", "balancer")}
     upserts = upsert_cases(key)
     cases = [*upserts[:2], *segments_cases(key), *lock_request_cases(), *cluster_cases(), *upserts[2:]]
+    from events.envelope import decode
+    from events.schema import EventValidationError
+
+    for case in cases:  # untimed: the process's one-off work per event type (its generated decoder)
+        for _k, v in case.records:
+            with suppress(EventValidationError):
+                decode(v)
     with agents(key) as by_name:
         offsets: dict[tuple[str, str], int] = {}
         for case in cases:
