@@ -81,13 +81,17 @@ def _groups(members: Mapping[int, SegmentDescriptor]) -> dict[int, int]:
             parent[x], x = root, parent[x]
         return root
 
-    joined: set[tuple[int, ...]] = set()  # declarations already joined (members of a group repeat theirs)
+    # Declarations already joined (members of a group repeat theirs): by identity first (the list form of a Druid
+    # generation shares one tuple; hashing it per member would cost its length each time), then by value.
+    same: set[int] = set()
+    joined: set[tuple[int, ...]] = set()
     for pid in sorted(members):
         find(pid)
         group = members[pid].atomic_update_group
-        if group in joined:  # its ids are one set already: join pid to it
+        if id(group) in same or group in joined:  # its ids are one set already: join pid to it
             others: tuple[int, ...] = group[:1]
         else:
+            same.add(id(group))
             joined.add(group)
             others = group
         for other in others:
