@@ -14,9 +14,10 @@ The cases, per agent (size and shape, :mod:`events.limits`):
   last (each event re-resolves the chunk); a Druid ``numbered_overwrite`` shard spec with a root range
   of 2^31 and a group size of 2^31 (refused: outside Druid's partition id space); 5,000 segments in one
   publish; mark-unused of 10,000 ids; a forged mark-unused; a mark-unused request of 10,000 ids;
-- lockbox (``lock-requests``): a publish request of 5,000 segments; a lock request naming 32,768 partitions;
+- lockbox (``lock-requests``): a publish request of 5,000 segments; a lock request naming 32,768 partitions
+  (and 32,769: refused);
   500 tasks each waiting on one lock (the waiter queue is re-examined on every release);
-- planner (``cluster``): 100 rules for one data source; a dynamic config with 50,000 keys;
+- planner (``cluster``): 100 rules for one data source (and 101: refused); a dynamic config with 50,000 keys;
 - in one time chunk and one event (what made the timeline quadratic or large before): 5,000 segments in
   descending partition order; 2,000 Druid ``numbered_overwrite`` segments of one generation over roots
   [0, 32768); 64 generations over [0, 32768) (the bound) and 65 (refused); 16 generations of an atomic update
@@ -238,6 +239,10 @@ def lock_request_cases() -> list[Case]:
         task(2), raw(LockRequested(request_id="l2", task_id="t2", group_id="g2", task_type="index", data_source="wiki",
                                    interval=Interval(T0 + DAY, T0 + 2 * DAY), granularity="segment",
                                    lock_type="exclusive", partition_ids=tuple(range(32768))), "l2")]))
+    cases.append(Case("segment lock of 32769 partitions (over the bound)", LOCK_REQUESTS, [
+        raw(LockRequested(request_id="l3", task_id="t2", group_id="g2", task_type="index", data_source="wiki",
+                          interval=Interval(T0 + 2 * DAY, T0 + 3 * DAY), granularity="segment",
+                          lock_type="exclusive", partition_ids=tuple(range(32769))), "l3")]))
     waiters = [r for i in range(10, 510) for r in (task(i), lock(i, mode="blocking"))]
     waiters.append(raw(LockReleaseRequested(request_id="rel", task_id="t0", data_source="wiki",
                                             interval=Interval(T0, T0 + DAY)), "rel"))
@@ -261,6 +266,8 @@ def cluster_cases() -> list[Case]:
                                                 "h1")]),
         Case("100 rules for one data source", CLUSTER, [raw(RulesSet(data_source="wiki", rules=rules), "r",
                                                             "rules/wiki")]),
+        Case("101 rules for one data source (over the bound)", CLUSTER, [
+            raw(RulesSet(data_source="wiki", rules=(*rules, rules[0])), "r101", "rules/wiki")]),
         Case("dynamic config of 50000 keys", CLUSTER, [raw(DynamicConfigSet(config={f"k{i}": i for i in range(50_000)}),
                                                            "c", "config")]),
         Case("oversized message", CLUSTER, [_oversized(raw(ServerJoined(server="h2", tier="hot", max_size_bytes=1),

@@ -45,3 +45,19 @@ def test_the_refusals_name_their_reason() -> None:
     assert "payload.segmentIds" in reasons[2] and "at most 10000 items" in reasons[2]
     assert "only the lockbox publishes" in reasons[3]
     assert "only the coordinator marks segments" in reasons[4]
+
+
+def test_the_list_bounds_of_lock_requests_and_rules_name_their_field() -> None:
+    with hostile.agents(b"k") as by_name:
+        lockbox, lockbox_sink = by_name["lockbox"]
+        planner, planner_sink = by_name["planner"]
+        locks = {c.name: c for c in hostile.lock_request_cases()}
+        [lock] = locks["segment lock of 32769 partitions (over the bound)"].records
+        [rules] = {c.name: c for c in hostile.cluster_cases()}["101 rules for one data source (over the bound)"].records
+        lockbox.process([hostile.InputRecord(hostile.TOPICS.name("lock-requests"), 0, 0, *lock, hostile.T0)])
+        planner.process([hostile.InputRecord(hostile.TOPICS.name("cluster"), 0, 0, *rules, hostile.T0)])
+        [lock_reason] = [d.reason for d in hostile.dead_letters(lockbox_sink)]
+        [rules_reason] = [d.reason for d in hostile.dead_letters(planner_sink)]
+    assert "payload.partitionIds" in lock_reason and "at most 32768 items" in lock_reason
+    assert "payload.rules" in rules_reason and "at most 100 items" in rules_reason
+
