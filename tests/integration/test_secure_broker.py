@@ -199,7 +199,7 @@ def test_the_spark_balancer_reads_and_writes_with_the_coordinators_credentials(
         secure_broker: LocalBroker, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Spark's Kafka source and the job's command sink take the coordinator's credentials from
     ``SEGCOORD_KAFKA_CONFIG``: the moves are the pure balancing stage's, and no process's command line
-    (the Spark JVM's included) holds the password."""
+    (the Spark JVM's included) and no file of the checkpoint holds the password."""
     from tests.integration.test_spark_balancer import moves_of, pure_moves, run_available_now
     from tests.unit.balancer.balancer_events import ClusterSpec
 
@@ -216,6 +216,7 @@ def test_the_spark_balancer_reads_and_writes_with_the_coordinators_credentials(
     for env in events:
         producer.send(env)
     producer.flush()
+    producer.close()
 
     monkeypatch.setenv(CONFIG_ENV, props(secure_broker, "coordinator"))
     run_available_now(spark, bootstrap, topics, tmp_path / "ck")
@@ -231,6 +232,8 @@ def test_the_spark_balancer_reads_and_writes_with_the_coordinators_credentials(
         except OSError:
             continue  # gone, or not ours to read
     assert not leaks, f"the coordinator's password is on the command line of processes {leaks}"
+    stored = [p for p in (tmp_path / "ck").rglob("*") if p.is_file() and secret in p.read_bytes()]
+    assert not stored, f"the Spark checkpoint holds the password: {stored}"
 
 
 def test_the_secure_three_node_cluster_authenticates_and_authorizes_each_role(
