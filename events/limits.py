@@ -13,7 +13,12 @@ goes to ``deadletter`` with the reason, like any invalid record (docs/security.m
 - rules per data source: 100 (Druid's rule chains are a handful long);
 - ``overshadowedSegments`` and ``atomicUpdateGroup`` per segment: 32,768 each (the size of Druid's
   overwrite partition id range [32768, 65536));
-- segment ids per mark-unused: 10,000 (an operator's batch; more is several events).
+- segment ids per mark-unused: 10,000 (an operator's batch; more is several events);
+- Druid overwrite generations (distinct ``numbered_overwrite`` (startRootPartitionId, endRootPartitionId,
+  minorVersion)) of one time chunk in one publish, import or mark-used: 64. A task's publish holds one
+  generation per chunk (its segment lock allocated one minor version) and an import holds the few a chunk
+  still uses; the timeline's list form of a chunk grows with the square of its generations (each lists every
+  earlier one it overwrites), so 3,000 in one event took 15 s and 1 GB.
 """
 
 from __future__ import annotations
@@ -24,3 +29,4 @@ MAX_PARTITIONS_PER_LOCK_REQUEST = 32_768
 MAX_RULES_PER_DATA_SOURCE = 100
 MAX_PARTITION_REFERENCES = 32_768
 MAX_SEGMENT_IDS = 10_000
+MAX_OVERWRITE_GENERATIONS_PER_CHUNK = 64

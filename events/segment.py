@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from events.instant import InstantError, parse_instant
 from events.interval import Interval
-from events.limits import MAX_PARTITION_REFERENCES
+from events.limits import MAX_OVERWRITE_GENERATIONS_PER_CHUNK, MAX_PARTITION_REFERENCES
 from events.schema import EventValidationError, JsonObject, JsonValue, wire
 from events.upserts import UpsertPartition
 
@@ -199,3 +199,24 @@ class SegmentDescriptor:
                     f"{path}.shardSpec", dict(self.shard_spec or {}),
                     f"a numbered_overwrite spec needs 0 <= startRootPartitionId < endRootPartitionId <= "
                     f"{OVERWRITE_PARTITION_START}, 0 <= minorVersion < 32768 and 0 < atomicUpdateGroupSize < 32768")
+
+
+def check_overwrite_generations(segments: tuple[SegmentDescriptor, ...], path: str) -> None:
+    """Refuse more than :data:`~events.limits.MAX_OVERWRITE_GENERATIONS_PER_CHUNK` distinct Druid overwrite
+    generations (root range and minor version) in one time chunk of one event (``path``: the list's path)."""
+    seen: dict[tuple[int, int, str], set[tuple[int, int, int]]] = {}
+    for i, seg in enumerate(segments):
+        shard = seg.shard_spec
+        if shard is None or shard.get("type") != "numbered_overwrite":
+            continue
+        spec = seg.overwrite_spec
+        if spec is None:
+            continue
+        chunk = seen.setdefault((seg.interval.start, seg.interval.end, seg.version), set())
+        chunk.add(spec[:3])
+        if len(chunk) > MAX_OVERWRITE_GENERATIONS_PER_CHUNK:
+            raise EventValidationError(
+                f"{path}[{i}].shardSpec", dict(shard),
+                f"one time chunk may hold at most {MAX_OVERWRITE_GENERATIONS_PER_CHUNK} numbered_overwrite "
+                f"generations (root range and minorVersion) per event")
+

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from events.limits import MAX_SEGMENT_IDS, MAX_SEGMENTS_PER_REQUEST
 from events.registry import Event, event_type
 from events.schema import JsonValue, wire
-from events.segment import SegmentDescriptor
+from events.segment import SegmentDescriptor, check_overwrite_generations
 from events.topics import SEGMENTS
 
 
@@ -27,6 +27,9 @@ class SegmentsPublished(Event):
     end_metadata: JsonValue | None = wire("endMetadata", None)
     decision_id: str | None = wire("decisionId", None)
     seal: str | None = wire("seal", None)
+
+    def _check(self, path: str) -> None:
+        check_overwrite_generations(self.segments, f"{path}.segments" if path else "segments")
 
 
 @event_type("segments_marked_unused", topic=SEGMENTS)
@@ -55,6 +58,9 @@ class SegmentsMarkedUsed(Event):
     segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True, max_items=MAX_SEGMENTS_PER_REQUEST)
     reason: str = wire("reason", allow_empty=True)
     seal: str | None = wire("seal", None)
+
+    def _check(self, path: str) -> None:
+        check_overwrite_generations(self.segments, f"{path}.segments" if path else "segments")
 
 
 @event_type("segment_announced", topic=SEGMENTS)

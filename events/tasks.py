@@ -15,7 +15,7 @@ from events.interval import Interval
 from events.limits import MAX_PARTITIONS_PER_LOCK_REQUEST, MAX_SEGMENT_IDS, MAX_SEGMENTS_PER_REQUEST
 from events.registry import Event, Payload, event_type, upcaster
 from events.schema import Instant, JsonValue, wire
-from events.segment import SegmentDescriptor
+from events.segment import SegmentDescriptor, check_overwrite_generations
 from events.topics import LOCK_REQUESTS
 
 LockGranularity = Literal["timeChunk", "segment"]
@@ -108,6 +108,9 @@ class PublishRequested(Event):
     kind: PublishKind | None = wire("kind", None)
     segments_to_be_overwritten: tuple[str, ...] | None = wire("segmentsToBeOverwritten", None)
 
+    def _check(self, path: str) -> None:
+        check_overwrite_generations(self.segments, f"{path}.segments" if path else "segments")
+
 
 @event_type("task_finished", topic=LOCK_REQUESTS, version=2)
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,9 @@ class SegmentsImportRequested(Event):
     segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True, max_items=MAX_SEGMENTS_PER_REQUEST)
     source: str = wire("source", allow_empty=True)
 
+    def _check(self, path: str) -> None:
+        check_overwrite_generations(self.segments, f"{path}.segments" if path else "segments")
+
 
 @event_type("segments_mark_unused_requested", topic=LOCK_REQUESTS)
 @dataclass(frozen=True, slots=True)
@@ -173,3 +179,7 @@ class SegmentsMarkUsedRequested(Event):
     data_source: str = wire("dataSource")
     segments: tuple[SegmentDescriptor, ...] = wire("segments", non_empty=True, max_items=MAX_SEGMENTS_PER_REQUEST)
     reason: str = wire("reason", allow_empty=True)
+
+
+    def _check(self, path: str) -> None:
+        check_overwrite_generations(self.segments, f"{path}.segments" if path else "segments")

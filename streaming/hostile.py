@@ -14,9 +14,20 @@ The cases, per agent (size and shape, :mod:`events.limits`):
   last (each event re-resolves the chunk); a Druid ``numbered_overwrite`` shard spec with a root range
   of 2^31 and a group size of 2^31 (refused: outside Druid's partition id space); 5,000 segments in one
   publish; mark-unused of 10,000 ids; a forged mark-unused; a mark-unused request of 10,000 ids;
-- lockbox (``lock-requests``): a publish request of 5,000 segments; a lock request naming 32,768 partitions;
+- lockbox (``lock-requests``): a publish request of 5,000 segments; a lock request naming 32,768 partitions
+  (and 32,769: refused);
   500 tasks each waiting on one lock (the waiter queue is re-examined on every release);
-- planner (``cluster``): 100 rules for one data source; a dynamic config with 50,000 keys.
+- planner (``cluster``): 100 rules for one data source (and 101: refused); a dynamic config with 50,000 keys;
+- in one time chunk and one event (what made the timeline quadratic or large before): 5,000 segments in
+  descending partition order; 2,000 Druid ``numbered_overwrite`` segments of one generation over roots
+  [0, 32768); 64 generations over [0, 32768) (the bound) and 65 (refused); 16 generations of an atomic update
+  group size of 30,000 (their stand-ins collided once); a lock request of 65 generations (lockbox);
+- upsert agent (``segments`` and ``cluster``, as the timeline's cases plus): an upsert table of 10,000 key
+  columns; a publish whose segment carries 14,000 upsert keys; a consolidation request of 5,000 intervals.
+
+The upsert agent reads the same ``segments`` records as the timeline and planner (it skips what the timeline
+agent dead-letters: its refusals count as skipped) and ``cluster``; so does the Spark balancer's fold
+(:class:`SparkBalancerFold`: its batch work without Spark, balancing tier ``hot`` after every record).
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +48,7 @@ from events import Envelope, Event, Interval, SegmentDescriptor, Topics, encode
 from events.cluster import DynamicConfigSet, RulesSet, ServerJoined
 from events.deadletter import DeadLettered
 from events.ids import derived_event_id
-from events.limits import MAX_EVENT_BYTES
+from events.limits import MAX_EVENT_BYTES, MAX_OVERWRITE_GENERATIONS_PER_CHUNK
 from events.locks import SegmentsImported
 from events.schema import Instant
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsPublished
@@ -50,6 +61,7 @@ from events.tasks import (
     TaskStarted,
 )
 from events.topics import CLUSTER, LOCK_REQUESTS, SEGMENTS
+from events.upserts import ConsolidationInterval, ConsolidationRequested, UpsertPartition, UpsertTableSet
 from streaming.service.intake import InputRecord
 
 T0 = 1_767_225_600_000
@@ -79,9 +91,13 @@ class Timed:
 @dataclass
 class KeepSink:
     sent: list[Envelope[Event]] = field(default_factory=list)
+    largest_raw: int = 0  # bytes of the largest record written raw (the upsert agent's strategies)
 
     def send(self, envelope: Envelope[Event]) -> None:
         self.sent.append(envelope)
+
+    def send_raw(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        self.largest_raw = max(self.largest_raw, len(value or b""))
 
     def flush(self, timeout: float = 30.0) -> None:
         pass
@@ -89,6 +105,13 @@ class KeepSink:
 
 def seg(day: int, p: int = 0, version: str = "v1", ds: str = "wiki", **kw: Any) -> SegmentDescriptor:
     return SegmentDescriptor(ds, Interval(T0 + day * DAY, T0 + (day + 1) * DAY), version, p, 100, **kw)
+
+
+def ow(day: int, p: int, minor: int, size: int, start: int = 0, end: int = 32768) -> SegmentDescriptor:
+    """A Druid ``numbered_overwrite`` segment (Druid's form only: no list fields)."""
+    spec = {"type": "numbered_overwrite", "partitionId": p, "startRootPartitionId": start,
+            "endRootPartitionId": end, "minorVersion": minor, "atomicUpdateGroupSize": size}
+    return SegmentDescriptor("wiki", Interval(T0 + day * DAY, T0 + (day + 1) * DAY), "v1", p, 100, shard_spec=spec)
 
 
 def raw(event: Event, event_id: str, key: str = "wiki") -> Raw:
@@ -167,6 +190,20 @@ def segments_cases(key: bytes) -> list[Case]:
                                 "payload": {"segmentIds": too_many, "reason": "x"}}))]))
     cases.append(Case("mark-unused of 5000 ids", SEGMENTS, [
         pub.mark(SegmentsMarkedUnused(segment_ids=tuple(str(s.id) for s in many), reason="x"), "mu2")]))
+    cases.append(Case("5000 segments of one chunk, descending partition ids", SEGMENTS,
+                      [pub.publish(tuple(seg(8, p) for p in reversed(range(5000))))]))
+    one_gen = tuple(ow(9, 32768 + i, 1, 2000) for i in range(2000))
+    cases.append(Case("2000 numbered_overwrite of one generation over 32768 roots", SEGMENTS,
+                      [pub.publish(one_gen), raw(SegmentAnnounced(server="h1", segment=one_gen[0]), "a-gen")]))
+    gens = tuple(ow(10, 32768 + i, i + 1, 1) for i in range(MAX_OVERWRITE_GENERATIONS_PER_CHUNK))
+    cases.append(Case("64 numbered_overwrite generations over 32768 roots", SEGMENTS,
+                      [pub.publish(gens), *[raw(SegmentAnnounced(server="h1", segment=g), f"a-g{i}")
+                                            for i, g in enumerate(gens[:8])]]))
+    sized = tuple(ow(11, 32768 + i, i + 1, 30_000) for i in range(16))
+    cases.append(Case("16 generations of atomicUpdateGroupSize 30000", SEGMENTS, [pub.publish(sized)]))
+    over_gens = (*gens, ow(10, 32768 + 64, 65, 1))
+    cases.append(Case("65 numbered_overwrite generations in one chunk (over the bound)", SEGMENTS, [
+        (b"wiki", encode(Envelope(SegmentsPublished(task_id="t", segments=over_gens), "gens", Instant(T0), "wiki")))]))
     forged = replace(SegmentsPublished(task_id="t", segments=(seg(7),)))
     cases.append(Case("forged publish", SEGMENTS, [raw(forged, "forged")]))
     cases.append(Case("forged mark-unused", SEGMENTS, [
@@ -202,10 +239,18 @@ def lock_request_cases() -> list[Case]:
         task(2), raw(LockRequested(request_id="l2", task_id="t2", group_id="g2", task_type="index", data_source="wiki",
                                    interval=Interval(T0 + DAY, T0 + 2 * DAY), granularity="segment",
                                    lock_type="exclusive", partition_ids=tuple(range(32768))), "l2")]))
+    cases.append(Case("segment lock of 32769 partitions (over the bound)", LOCK_REQUESTS, [
+        raw(LockRequested(request_id="l3", task_id="t2", group_id="g2", task_type="index", data_source="wiki",
+                          interval=Interval(T0 + 2 * DAY, T0 + 3 * DAY), granularity="segment",
+                          lock_type="exclusive", partition_ids=tuple(range(32769))), "l3")]))
     waiters = [r for i in range(10, 510) for r in (task(i), lock(i, mode="blocking"))]
     waiters.append(raw(LockReleaseRequested(request_id="rel", task_id="t0", data_source="wiki",
                                             interval=Interval(T0, T0 + DAY)), "rel"))
     cases.append(Case("500 waiters on one lock, then its release", LOCK_REQUESTS, waiters))
+    gens = tuple(ow(0, 32768 + i, i + 1, 1) for i in range(MAX_OVERWRITE_GENERATIONS_PER_CHUNK + 1))
+    cases.append(Case("publish request of 65 overwrite generations (over the bound)", LOCK_REQUESTS, [
+        (b"wiki", encode(Envelope(PublishRequested(request_id="pg", task_id="t0", segments=gens), "pg",
+                                  Instant(T0), "wiki")))]))
     shallow = encode(Envelope(PublishRequested(request_id="pm", task_id="t0", segments=(seg(9),),
                                                start_metadata={"n": 1}), "pm", Instant(T0), "wiki"))
     cases.append(Case("nested startMetadata depth 5000", LOCK_REQUESTS, [
@@ -221,6 +266,8 @@ def cluster_cases() -> list[Case]:
                                                 "h1")]),
         Case("100 rules for one data source", CLUSTER, [raw(RulesSet(data_source="wiki", rules=rules), "r",
                                                             "rules/wiki")]),
+        Case("101 rules for one data source (over the bound)", CLUSTER, [
+            raw(RulesSet(data_source="wiki", rules=(*rules, rules[0])), "r101", "rules/wiki")]),
         Case("dynamic config of 50000 keys", CLUSTER, [raw(DynamicConfigSet(config={f"k{i}": i for i in range(50_000)}),
                                                            "c", "config")]),
         Case("oversized message", CLUSTER, [_oversized(raw(ServerJoined(server="h2", tier="hot", max_size_bytes=1),
@@ -228,9 +275,62 @@ def cluster_cases() -> list[Case]:
     ]
 
 
+def upsert_cases(key: bytes) -> list[Case]:
+    """The upsert agent's own shapes: an upsert table first (so the later publishes feed it), then large ones."""
+    table = UpsertTableSet(name="up", append_data_source="up_append", primary_data_source="up_primary",
+                           key_columns=("k",), version_column="v")
+    wide = UpsertTableSet(name="wide", append_data_source="wide_append", primary_data_source="wide_primary",
+                          key_columns=tuple(f"c{i}" for i in range(10_000)), version_column="v")
+    keys = tuple(UpsertPartition(key={"k": i}, version=f"{i:08d}") for i in range(14_000))
+    heavy = SegmentDescriptor("up_append", Interval(T0, T0 + DAY), "v1", 0, 100, upsert_partitions=keys)
+    pub = Publisher(key)
+    pub.n = 10_000  # other ids than segments_cases' publisher
+    intervals = tuple(ConsolidationInterval(interval=Interval(T0 + i * DAY, T0 + (i + 1) * DAY),
+                                            partitions=(UpsertPartition(key={"k": i}, version="1"),))
+                      for i in range(5_000))
+    return [
+        Case("plain upsert table", CLUSTER, [raw(table, "ut", "upserts/up")]),
+        Case("upsert table of 10000 key columns", CLUSTER, [raw(wide, "ut-wide", "upserts/wide")]),
+        Case("publish of one segment with 14000 upsert keys", SEGMENTS,
+             [pub.publish((heavy,)), raw(SegmentAnnounced(server="h1", segment=heavy), "a-heavy", "up_append")]),
+        Case("consolidation request of 5000 intervals", CLUSTER, [
+            raw(ConsolidationRequested(table="up", intervals=intervals, reason="x"), "cr", "upserts/up")]),
+    ]
+
+
+class SparkBalancerFold:
+    """The Spark balancer's work per micro-batch without Spark: the batch's values decoded as the job decodes
+    them (:func:`streaming.balancer.state.decode_rows`, values cast to strings as Spark casts them) and
+    :func:`streaming.balancer.batch.run_batch` on its placement (seal check, fold, balancing of tier ``hot``).
+    Undecodable, refused and unfoldable records count as skipped (the worker's agents dead-letter them)."""
+
+    def __init__(self, key: bytes) -> None:
+        import streaming.balancer.batch
+        import streaming.balancer.state  # noqa: F401  (imported here: not timed with the first record)
+        from streaming.balancer.placement import BalancerPlacement
+        from streaming.service.intake import AgentCounters
+
+        self.key = key
+        self.placement = BalancerPlacement()
+        self.counters = AgentCounters()
+        self.batches = 0
+
+    def process(self, records: list[InputRecord]) -> None:
+        from streaming.balancer.batch import run_batch
+        from streaming.balancer.state import decode_rows
+
+        envelopes = decode_rows(None if r.value is None else r.value.decode(errors="replace") for r in records)
+        self.batches += 1
+        summary = run_batch(self.placement, envelopes, self.batches, ("hot",), publish_key=self.key).summaries["hot"]
+        c = self.counters
+        c.applied += summary["records"]
+        c.skipped += summary["skipped"] + summary["refused"] + len(records) - len(envelopes)
+
+
 @contextmanager
 def agents(key: bytes) -> Iterator[dict[str, tuple[Any, KeepSink]]]:
-    """The three agents on fresh RocksDB stores under a temporary folder, with keeping sinks."""
+    """The four agents on fresh RocksDB stores under a temporary folder, with keeping sinks, and the Spark
+    balancer's fold."""
     from streaming.service.lockbox_agent import FORMAT_VERSION as LB
     from streaming.service.lockbox_agent import LockboxAgent
     from streaming.service.planner_agent import FORMAT_VERSION as PL
@@ -238,19 +338,33 @@ def agents(key: bytes) -> Iterator[dict[str, tuple[Any, KeepSink]]]:
     from streaming.service.state import AgentStateStore
     from streaming.service.timeline_agent import FORMAT_VERSION as TL
     from streaming.service.timeline_agent import TimelineAgent
+    from streaming.service.upsert_agent import FORMAT_VERSION as UP
+    from streaming.service.upsert_agent import UpsertAgent
 
     with tempfile.TemporaryDirectory() as tmp, AgentStateStore(Path(tmp) / "tl", TL) as tl, \
-            AgentStateStore(Path(tmp) / "lb", LB) as lb, AgentStateStore(Path(tmp) / "pl", PL) as pl:
-        sinks = KeepSink(), KeepSink(), KeepSink()
+            AgentStateStore(Path(tmp) / "lb", LB) as lb, AgentStateStore(Path(tmp) / "pl", PL) as pl, \
+            AgentStateStore(Path(tmp) / "up", UP) as up:
+        sinks = KeepSink(), KeepSink(), KeepSink(), KeepSink()
         yield {"timeline": (TimelineAgent(tl, TOPICS, sinks[0], publish_key=key), sinks[0]),
                "lockbox": (LockboxAgent(lb, TOPICS, sinks[1], publish_key=key), sinks[1]),
-               "planner": (PlannerAgent(pl, TOPICS, sinks[2], publish_key=key), sinks[2])}
+               "planner": (PlannerAgent(pl, TOPICS, sinks[2], publish_key=key), sinks[2]),
+               "upserts": (UpsertAgent(up, TOPICS, sinks[3], publish_key=key), sinks[3]),
+               "balancer": (SparkBalancerFold(key), KeepSink())}
 
 
 def run(key: bytes, clock: Callable[[], float] = time.perf_counter) -> Iterator[Timed]:
     """Every case through every agent that reads its topic, one record per batch; the per-case figures."""
-    plan = {SEGMENTS: ("timeline", "planner"), LOCK_REQUESTS: ("lockbox",), CLUSTER: ("planner",)}
-    cases = [*segments_cases(key), *lock_request_cases(), *cluster_cases()]
+    plan = {SEGMENTS: ("timeline", "planner", "upserts", "balancer"), LOCK_REQUESTS: ("lockbox",),
+            CLUSTER: ("planner", "upserts", "balancer")}
+    upserts = upsert_cases(key)
+    cases = [*upserts[:2], *segments_cases(key), *lock_request_cases(), *cluster_cases(), *upserts[2:]]
+    from events.envelope import decode
+    from events.schema import EventValidationError
+
+    for case in cases:  # untimed: the process's one-off work per event type (its generated decoder)
+        for _k, v in case.records:
+            with suppress(EventValidationError):
+                decode(v)
     with agents(key) as by_name:
         offsets: dict[tuple[str, str], int] = {}
         for case in cases:

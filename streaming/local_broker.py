@@ -188,7 +188,10 @@ class LocalBroker:
             f"-Dkafka.logs.dir={self.dir / 'logs'}",
             "-cp", classpath,
         ]
-        scram = sasl.format_args(self.dir) if self.secure else []
+        # the admin's SCRAM credential goes on the storage tool's command line (Kafka takes it nowhere else):
+        # only when the storage is not formatted yet, so a restart shows no password to `ps`
+        formatted = (self.dir / "data" / "meta.properties").exists()
+        scram = sasl.format_args(self.dir) if self.secure and not formatted else []
         fmt = subprocess.run(
             [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(self.config_path),
              "--ignore-formatted", *scram],

@@ -177,7 +177,10 @@ class LocalCluster:
         jvm = [java, f"-Xms{min(256, self.heap_mb)}m", f"-Xmx{self.heap_mb}m", "-XX:+UseG1GC",
                "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile=file:{d / 'log4j2.properties'}",
                f"-Dkafka.logs.dir={d / 'logs'}", "-cp", classpath]
-        scram = sasl.format_args(self.dir) if self.secure else []
+        # the admin's SCRAM credential on the storage tool's command line only before the first format
+        # (Kafka takes it nowhere else; see streaming.local_broker)
+        scram = sasl.format_args(self.dir) if self.secure and not (d / "data" / "meta.properties").exists() \
+            else []
         fmt = subprocess.run([*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c",
                               str(self.config_path(node)), "--ignore-formatted", *scram],
                              capture_output=True, text=True)

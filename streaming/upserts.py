@@ -22,6 +22,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from coordinator.upserts.strategy import Filter, Strategy
 from events.interval import Interval
 from events.topics import UPSERT_STRATEGY, Topics
+from streaming import credentials
 
 
 class UnknownUpsertTable(LookupError):
@@ -33,7 +34,7 @@ class UpsertStrategy:
 
     def __init__(self, bootstrap: str, topics: Topics) -> None:
         self.topic = topics.name(UPSERT_STRATEGY)
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "segcoord-upsert-strategy",
+        self._consumer = Consumer({**credentials.client_config(bootstrap), "group.id": "segcoord-upsert-strategy",
                                    "enable.auto.commit": False, "enable.partition.eof": False})
         partitions = sorted(self._consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions)
         self._consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])

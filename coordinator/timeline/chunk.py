@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 
 from events.compiled import constructor
 from events.segment import SegmentDescriptor
@@ -80,9 +81,20 @@ def _groups(members: Mapping[int, SegmentDescriptor]) -> dict[int, int]:
             parent[x], x = root, parent[x]
         return root
 
+    # Declarations already joined (members of a group repeat theirs): by identity first (the list form of a Druid
+    # generation shares one tuple; hashing it per member would cost its length each time), then by value.
+    same: set[int] = set()
+    joined: set[tuple[int, ...]] = set()
     for pid in sorted(members):
         find(pid)
-        for other in members[pid].atomic_update_group:
+        group = members[pid].atomic_update_group
+        if id(group) in same or group in joined:  # its ids are one set already: join pid to it
+            others: tuple[int, ...] = group[:1]
+        else:
+            same.add(id(group))
+            joined.add(group)
+            others = group
+        for other in others:
             a, b = find(pid), find(other)
             if a != b:
                 parent[max(a, b)] = min(a, b)
@@ -171,9 +183,15 @@ def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
     groups = sorted(group_members)
 
     raw_lists: dict[int, set[int]] = {g: set() for g in groups}
+    added: set[tuple[int, tuple[int, ...]]] = set()  # (group, list) already added: a group's members repeat theirs
     for pid, seg in members.items():
         g = group_of[pid]
-        raw_lists[g].update(x for x in seg.overshadowed_segments if group_of.get(x) != g)
+        over = seg.overshadowed_segments
+        if over and (g, over) not in added:
+            added.add((g, over))
+            raw_lists[g].update(over)
+    for g, raw in raw_lists.items():
+        raw.difference_update(group_members[g])
     edges = {g: {group_of[x] for x in raw_lists[g] if x in group_of} for g in groups}
     comp = _strongly_connected(groups, edges)
     lists: dict[int, frozenset[int]] = {
@@ -186,16 +204,15 @@ def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
     for g in groups:
         for h in dag[g]:
             indegree[h] += 1
-    ready = sorted(g for g in groups if indegree[g] == 0)
+    ready = sorted(g for g in groups if indegree[g] == 0)  # a heap: the smallest ready representative first
     order: list[int] = []
     while ready:
-        g = ready.pop(0)
+        g = heappop(ready)
         order.append(g)
-        for h in sorted(dag[g]):
+        for h in dag[g]:
             indegree[h] -= 1
             if indegree[h] == 0:
-                ready.append(h)
-        ready.sort()
+                heappush(ready, h)
     via: dict[int, tuple[int, ...] | None] = {}
     for g in groups:
         listed = lists[g]

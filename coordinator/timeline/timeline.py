@@ -98,7 +98,8 @@ class _Chunk:
 
     __slots__ = ("candidate", "candidate_gaps", "complete", "covered", "entries", "fully_hidden", "hidden_gaps",
                  "higher", "ids", "interval", "key", "members", "neighbors", "neighbors_epoch", "online", "overwrite",
-                 "rank", "removed", "resolution", "served", "states", "structure", "version", "visible_ids")
+                 "rank", "removed", "resolution", "served", "states", "structure", "unordered", "version",
+                 "visible_ids")
 
     def __init__(self, interval: Interval, version: str) -> None:
         self.interval = interval
@@ -106,7 +107,11 @@ class _Chunk:
         self.key: ChunkKey = (interval.start, interval.end, version)
         self.rank = (version, interval.start, interval.end)  # "higher" chunk order
         self.members: dict[int, SegmentDescriptor] = {}
-        self.ids: dict[int, SegmentId] = {}  # in partition id order (so restating a chunk lists its ids in order)
+        # In partition id order (so restating a chunk lists its ids in order) unless ``unordered``: a member that
+        # joins below the highest id only sets the flag, and the next restate sorts once (a publish of n members in
+        # descending order would otherwise sort n times).
+        self.ids: dict[int, SegmentId] = {}
+        self.unordered = False
         self.online: set[int] = set()
         self.states: dict[int, SegmentState] = {}  # each member's state, by partition id (the only copy)
         self.resolution = _EMPTY
@@ -151,10 +156,15 @@ class _Chunk:
                 self.overwrite = True
             ids = self.ids
             if partition not in ids and ids and partition < next(reversed(ids)):
-                ids[partition] = sid
-                self.ids = dict(sorted(ids.items()))
-            else:
-                ids[partition] = sid
+                self.unordered = True
+            ids[partition] = sid
+
+    def ordered_ids(self) -> dict[int, SegmentId]:
+        """``ids`` in partition id order (sorted here once after out-of-order joins)."""
+        if self.unordered:
+            self.ids = dict(sorted(self.ids.items()))
+            self.unordered = False
+        return self.ids
 
     def drop_member(self, partition: int) -> SegmentState | None:
         """Forget a member; returns the state it had (None when it had none)."""
@@ -475,7 +485,7 @@ class Timeline:
             res = chunk.resolution
             hidden, overshadowed, visible = chunk.fully_hidden, res.overshadowed, res.visible
             served = bool(chunk.served)
-            for p, sid in chunk.ids.items():
+            for p, sid in (chunk.ordered_ids() if chunk.unordered else chunk.ids).items():
                 # _state_in, inlined (this loop runs for every member of every restated chunk)
                 if p not in online:
                     new: SegmentState = "offline"

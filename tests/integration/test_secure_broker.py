@@ -5,7 +5,7 @@ Every client takes its credentials from ``SEGCOORD_KAFKA_CONFIG`` (the role's pr
 ``segcoord kafka start --secure`` wrote), as users run them: the coordinator is ``segcoord run`` in a
 subprocess, the task is a :class:`~streaming.task_client.TaskClient`, the historicals are the simulated
 ones, the operator uses ``segcoord segments import``, ``segments mark-unused`` and a rules write, the
-subscriber reads ``timeline``.
+subscriber reads ``timeline`` and ``upsert-strategy``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -33,6 +34,7 @@ from streaming.local_broker import LocalBroker
 from streaming.offsets import watermarks
 from streaming.producer import EventProducer, ProduceError
 from streaming.task_client import TaskClient
+from streaming.upserts import UpsertStrategy
 from streaming.writes import submit
 from tests.integration.test_service_planner import Historicals, PlanService
 from tests.integration.test_service_timeline import T0, wait_for
@@ -126,6 +128,9 @@ def test_each_role_does_its_job_and_nothing_else(secure_broker: LocalBroker, tmp
                 return seen if {str(old.id), str(new.id)} <= seen else set()
 
             wait_for("the imported and the published segment visible", visible, service, 120)
+            strategies = UpsertStrategy(bootstrap, topics)  # `segcoord upserts` reads upsert-strategy as a subscriber
+            strategies.catch_up(0.5)
+            assert strategies.tables() == [] and strategies.undecodable == 0
 
             # operator: mark the imported segment unused (through the lockbox: the operator holds no publish key)
             monkeypatch.setenv(CONFIG_ENV, props(secure_broker, "operator"))
@@ -187,3 +192,83 @@ def test_a_bad_password_is_refused(secure_broker: LocalBroker) -> None:
     no_sasl = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})  # plaintext: no answer
     with pytest.raises(KafkaException):
         no_sasl.list_topics(timeout=5)
+
+
+@pytest.mark.spark
+def test_the_spark_balancer_reads_and_writes_with_the_coordinators_credentials(
+        secure_broker: LocalBroker, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark's Kafka source and the job's command sink take the coordinator's credentials from
+    ``SEGCOORD_KAFKA_CONFIG``: the moves are the pure balancing stage's, and no process's command line
+    (the Spark JVM's included) and no file of the checkpoint holds the password."""
+    from tests.integration.test_spark_balancer import moves_of, pure_moves, run_available_now
+    from tests.unit.balancer.balancer_events import ClusterSpec
+
+    bootstrap = secure_broker.status().bootstrap
+    assert bootstrap is not None
+    topics = Topics(f"k{uuid.uuid4().hex[:10]}.")
+    admin = secure_broker.admin_config()
+    monkeypatch.setenv(CONFIG_ENV, props(secure_broker, "admin"))
+    create_topics(bootstrap, topics, partitions=1)
+    local_sasl.grant_acls(bootstrap, admin, topics)
+    spec = ClusterSpec(servers=8, new_servers=1, data_sources=3, hours=48)
+    events = spec.events()
+    producer = EventProducer(bootstrap, topics)  # as the admin: the cluster's history
+    for env in events:
+        producer.send(env)
+    producer.flush()
+    producer.close()
+
+    monkeypatch.setenv(CONFIG_ENV, props(secure_broker, "coordinator"))
+    run_available_now(spark, bootstrap, topics, tmp_path / "ck")
+    commands = [decode(v) for v in values(bootstrap, admin, topics.name(COMMANDS))]
+    assert moves_of(commands) == pure_moves(spec, events)
+
+    secret = local_sasl.password(secure_broker.dir, "coordinator").encode()
+    leaks = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and secret in (proc / "cmdline").read_bytes():
+                leaks.append(proc.name)
+        except OSError:
+            continue  # gone, or not ours to read
+    assert not leaks, f"the coordinator's password is on the command line of processes {leaks}"
+    stored = [p for p in (tmp_path / "ck").rglob("*") if p.is_file() and secret in p.read_bytes()]
+    assert not stored, f"the Spark checkpoint holds the password: {stored}"
+
+
+def test_the_secure_three_node_cluster_authenticates_and_authorizes_each_role(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``segcoord kafka start --brokers 3 --secure``: replicated topics created by the admin; a task writes its
+    lock requests and is refused on ``segments``; a subscriber reads ``timeline`` and no ``locks``; a bad
+    password is refused. (The roles' whole jobs run on the one-node broker above: same settings per node.)"""
+    from streaming.local_cluster import LocalCluster
+
+    cluster = LocalCluster(tmp_path / "home", 3, secure=True)
+    bootstrap = cluster.start()
+    try:
+        topics = Topics(f"c{uuid.uuid4().hex[:10]}.")
+        monkeypatch.setenv(CONFIG_ENV, str(local_sasl.credentials_dir(cluster.dir) / "admin.properties"))
+        create_topics(bootstrap, topics, partitions=1, replication=3)
+        local_sasl.grant_acls(bootstrap, cluster.admin_config(), topics)
+
+        monkeypatch.setenv(CONFIG_ENV, str(local_sasl.credentials_dir(cluster.dir) / "task.properties"))
+        producer = EventProducer(bootstrap, topics, extra={"message.timeout.ms": 20000})
+        producer.send_raw(topics.name(LOCK_REQUESTS), b"wiki", b'{"a task": "request"}')
+        producer.flush(30)  # allowed (acks=all across the 3 replicas)
+        producer.send_raw(topics.name(SEGMENTS), b"wiki", b'{"forged": true}')
+        with pytest.raises(ProduceError, match="Topic authorization failed"):
+            producer.flush(30)
+        admin = cluster.admin_config()
+        assert values(bootstrap, admin, topics.name(LOCK_REQUESTS)) == [b'{"a task": "request"}']
+        assert values(bootstrap, admin, topics.name(SEGMENTS)) == []
+
+        subscriber = local_sasl.client_settings(cluster.dir, "subscriber")
+        assert values(bootstrap, subscriber, topics.name(TIMELINE)) == []
+        with pytest.raises(KafkaException):
+            values(bootstrap, subscriber, topics.name(LOCKS))
+
+        wrong = {**local_sasl.client_settings(cluster.dir, "task"), "sasl.password": "not-the-password"}
+        with pytest.raises(KafkaException):
+            values(bootstrap, wrong, topics.name(LOCKS))
+    finally:
+        cluster.stop()

@@ -6,6 +6,7 @@ silently connects without the credentials the operator configured.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,38 @@ def test_the_publish_key_is_made_once_and_kept(tmp_path: Path) -> None:
     assert len(first) == 64 and publish_key(env) == first
     assert (tmp_path / "k").stat().st_mode & 0o777 == 0o600
     assert publish_key({"SEGCOORD_PUBLISH_KEY": "given"}) == b"given"
+
+
+# The local broker's own tooling uses the admin principal's settings from the files it generated itself.
+_OWN_SETTINGS = {"streaming/local_sasl.py", "streaming/local_broker.py", "streaming/local_cluster.py"}
+
+
+def _takes_client_config(arg: ast.expr) -> bool:
+    def is_client_config(node: ast.expr | None) -> bool:
+        return isinstance(node, ast.Call) and (
+            (isinstance(node.func, ast.Attribute) and node.func.attr == "client_config")
+            or (isinstance(node.func, ast.Name) and node.func.id == "client_config"))
+
+    if is_client_config(arg):
+        return True
+    return isinstance(arg, ast.Dict) and any(k is None and is_client_config(v)
+                                             for k, v in zip(arg.keys, arg.values, strict=True))
+
+
+def test_every_kafka_client_of_the_project_takes_the_configured_credentials() -> None:
+    """Every confluent-kafka Producer, Consumer and AdminClient built in ``streaming/`` gets its settings from
+    ``credentials.client_config`` (so a client cannot silently connect without the configured credentials, as
+    ``segcoord upserts`` did before); Faust's and Spark's clients are covered by their integration tests."""
+    root = Path(__file__).resolve().parents[2]
+    offenders = []
+    for path in sorted((root / "streaming").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if name not in ("Producer", "Consumer", "AdminClient") or not node.args:
+                continue
+            if rel not in _OWN_SETTINGS and not _takes_client_config(node.args[0]):
+                offenders.append(f"{rel}:{node.lineno}")
+    assert not offenders, offenders

@@ -80,3 +80,28 @@ def test_real_druid_metadata_decodes_with_its_overwrite_partition() -> None:
     tl = Timeline.build("ds", [*roots, seg], {s.id: (s, ("h1",)) for s in [*roots, seg]})
     assert {sid.partition_id: st for sid, st in tl.states().items()} == {0: "overshadowed", 1: "overshadowed",
                                                                           2: "overshadowed", 32768: "visible"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda roots: st.tuples(
+    st.just(roots),
+    st.tuples(st.integers(0, roots - 1), st.integers(1, roots + 3), st.integers(1, 3)).filter(lambda t: t[0] < t[1]),
+    st.integers(0, 2),
+    st.data())))
+def test_root_ids_nobody_published_count_as_listed_ids_nobody_declares(case: tuple) -> None:  # type: ignore[type-arg]
+    """A range over root ids that were never published (beyond the known roots, or some of them left out):
+    the Druid form (which names those ids by one stand-in, not one by one) still means what the list form
+    naming every id of the range means."""
+    roots, first, second, data = case
+    outputs = _chunk(roots, first, second)
+    published_roots = data.draw(st.sets(st.sampled_from(range(roots))), label="published roots")
+    used = published_roots | {p for p, *_ in outputs}
+    online = data.draw(st.sets(st.sampled_from(sorted(used))), label="online")
+    states = []
+    for druid in (True, False):
+        segs = {p: _descriptor(p, druid) for p in range(roots)}
+        segs.update({p: _descriptor(p, druid, spec, over, group) for p, spec, over, group in outputs})
+        tl = Timeline.build("ds", [segs[p] for p in sorted(used)],
+                            {segs[p].id: (segs[p], ("h1",)) for p in sorted(online)})
+        states.append({sid.partition_id: state for sid, state in tl.states().items()})
+    assert states[0] == states[1]
