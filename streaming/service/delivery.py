@@ -138,6 +138,32 @@ def records_of(fetched: dict[Any, Sequence[Any]], keep: Callable[[Any], bool]) -
             for tp, rs in fetched.items() if keep(tp) for r in rs]
 
 
+REFETCH_AFTER_S = 0.5  # the pause before reading again after a fetch lost to a rebalance (never a busy loop)
+
+
+def lost_to_rebalance(exc: BaseException) -> bool:
+    """Whether a failed fetch was lost to a rebalance the group goes on with, so the worker reads again.
+
+    Two such failures ended workers in the 30-minute soak's run 8 (docs/workers.md), both while three workers'
+    first joins rebalanced the group:
+
+    - aiokafka 0.14 hands a SyncGroup error it has no name for (``UnknownError``) to every assignment waiter as
+      a plain ``KafkaError("UnknownError()")`` and then rejoins; the waiter was the fetch;
+    - ``KeyError`` of a partition in aiokafka's ``fetched_records``: the partition's buffer was dropped (a seek)
+      between listing the buffers and reading one; nothing was returned from it, so its position did not move.
+
+    Not lost to a rebalance (the worker exits and a restart resumes from its stores, as before): any subclass of
+    ``KafkaError`` (authorization and every error aiokafka names), and the end of aiokafka's coordinator routine
+    (``Unexpected error during coordination``), after which nothing would assign partitions again."""
+    from aiokafka.errors import KafkaError
+
+    if type(exc) is KafkaError:
+        return "Unexpected error during coordination" not in str(exc)
+    if type(exc) is KeyError and exc.args:
+        return type(exc.args[0]).__name__ in ("TopicPartition", "TP")
+    return False
+
+
 def _fail(name: str, exit_code: Callable[[int], int]) -> None:
     log.exception("%s agent failed; exiting so a restart resumes from the store", name)
     logging.shutdown()
@@ -224,7 +250,14 @@ def install(app: Any, delivery: BatchDelivery) -> None:
         try:
             while not (consumer._stopped.is_set() or fetcher._stopped.is_set()):
                 generation = app.consumer_generation_id
-                fetched, _active = await consumer._wait_next_records(1.0)
+                try:
+                    fetched, _active = await consumer._wait_next_records(1.0)
+                except Exception as e:
+                    if not lost_to_rebalance(e):
+                        raise
+                    log.warning("a fetch was lost to a rebalance (read again after it): %r", e)
+                    await asyncio.sleep(REFETCH_AFTER_S)
+                    continue
                 await asyncio.sleep(0)  # timers and the observer's ticks run between batches
                 if not fetched or consumer.should_stop:
                     continue

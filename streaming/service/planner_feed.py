@@ -81,6 +81,13 @@ QUIET_CATCH_UP = BATCH_MAX
 # thousands of records, read in seconds, folded at a few hundred a second), and the process keeps that high-water
 # mark as resident memory after the catch-up (docs/workers.md, "The planner's memory").
 PREFETCH = {"queued.min.messages": 2 * BATCH_MAX, "queued.max.messages.kbytes": 4096}
+# How long the feed waits before it asks the broker again a question it could not answer (the topics' partitions,
+# their ends, the election topic's end). With the broker down, librdkafka fails these at once (all broker
+# connections down), and confluent-kafka 2.16 keeps every KafkaException it raises alive (about 300 bytes of
+# resident memory each, most of it outside Python's allocator): asked in a loop without a pause, a leader asked
+# about 100,000 times a second and grew by 180-275 MB per broker kill in the soak (docs/workers.md). With the
+# pause, an outage costs 2 asks a second.
+RETRY_S = 0.5
 EXIT_AGENT_FAILED = 70
 
 
@@ -156,6 +163,8 @@ class PlannerFeed:
             assignment: list[TopicPartition] = []
             while not assignment and not stop.is_set():
                 assignment = self._partitions(consumer, stored)
+                if not assignment:
+                    stop.wait(RETRY_S)
             if stop.is_set():
                 return
             consumer.assign(assignment)
@@ -167,7 +176,7 @@ class PlannerFeed:
                 f"{': folded before it plans' if planner.catching_up else ''}")
             next_tick = time.monotonic() + self.plan_every_s
             while not stop.is_set():
-                leads = self._still_leads(consumer)
+                leads = self._confirm(consumer, stop)
                 if leads is False or planner.superseded:
                     self._step_down(planner)
                     return
@@ -207,6 +216,13 @@ class PlannerFeed:
                 consumer.close()
             except Exception as e:
                 log.debug("planner feed: close: %s", e)
+
+    def _confirm(self, consumer: Consumer, stop: threading.Event) -> bool | None:
+        """:meth:`_still_leads`, after which an unanswered check waits :data:`RETRY_S` (or until stopped)."""
+        leads = self._still_leads(consumer)
+        if leads is None:
+            stop.wait(RETRY_S)
+        return leads
 
     def _still_leads(self, consumer: Consumer) -> bool | None:
         """Whether no later claim is on the election topic (checked when the last check is older than
@@ -295,4 +311,5 @@ class PlannerFeed:
                     ends[(tp.topic, tp.partition)] = consumer.get_watermark_offsets(tp, timeout=5)[1]
                 except Exception as e:
                     log.debug("planner feed: watermarks: %s", e)
+                    stop.wait(RETRY_S)
         return ends

@@ -42,6 +42,10 @@ log = logging.getLogger("segcoord.service")
 EVERY_ENV, EVERY_MS_ENV, IDS_ENV = ("SEGCOORD_TIMELINE_SNAPSHOT_EVERY", "SEGCOORD_TIMELINE_SNAPSHOT_MS",
                                     "SEGCOORD_TIMELINE_SNAPSHOT_IDS")
 MAX_SNAPSHOT_BYTES = 900_000  # under Kafka's default 1 MB record limit: a larger one is not written (logged)
+# What librdkafka fetches ahead of the readers of ``snapshots``: a few records (up to ``MAX_SNAPSHOT_BYTES`` each),
+# not its defaults (100,000 messages per partition, 64 MB), which would queue the whole uncompacted topic in native
+# memory while a worker that is busy starting up reads it (only the last record per key is kept).
+PREFETCH = {"queued.min.messages": 8, "queued.max.messages.kbytes": 2048}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +92,7 @@ def latest_snapshots(bootstrap: str, topics: Topics, partitions: Collection[int]
     wanted = {snapshot_key(p): p for p in partitions}
     latest: dict[int, bytes] = {}
     c = Consumer({**credentials.client_config(bootstrap), "group.id": f"segcoord-snapshots-{uuid.uuid4().hex}",
-                  "enable.auto.commit": False, "enable.partition.eof": True})
+                  "enable.auto.commit": False, "enable.partition.eof": True, **PREFETCH})
     try:
         meta = c.list_topics(name, timeout=timeout_s).topics.get(name)
         if meta is None or meta.error is not None:
@@ -161,7 +165,7 @@ class SnapshotTail:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         c = Consumer({**credentials.client_config(self.bootstrap), "group.id": f"segcoord-snapshots-{uuid.uuid4().hex}",
-                      "enable.auto.commit": False, **self.extra})
+                      "enable.auto.commit": False, **PREFETCH, **self.extra})
         try:
             assigned: set[int] = set()
             while not self._stop.is_set():

@@ -151,6 +151,9 @@ def test_sigterm_while_the_broker_is_down_stops_the_service_and_the_restart_resu
     try:
         from tests.integration.test_service_timeline import pure_fold as timeline_fold
 
+        # its start-up line first: the outputs may all be there already, and a SIGTERM while the interpreter is
+        # still importing the command line ends it with -15 (docs/workers.md, "Broker outages")
+        wait_for("the restart to resume", lambda: service.log.read_text().count(" resumes at ") == 2, service, 120)
         expected = timeline_fold(read_all(bootstrap, topics.name(SEGMENTS)))
         wait_for("every visibility change", lambda: count_distinct_ids(bootstrap, topics.name(TIMELINE))
                  >= len(expected.outputs), service, 90)
