@@ -95,6 +95,7 @@ class ServerCostCache:
         del leaf_millis, window
         self.model = model or CostModel()
         self._lam = self.model.lam
+        self._factor = self.model.same_source_factor
         self._held: dict[SegmentId, SegmentDescriptor] = {}
         self._snapshot: _Snapshot | None = None
         # changes since the snapshot: id -> (descriptor, True if added since, False if removed since)
@@ -189,13 +190,14 @@ class ServerCostCache:
     def _from_snapshot(self, snapshot: _Snapshot, segment: SegmentDescriptor) -> float | None:
         """The cost from the snapshot's profiles and the delta, or None when its error bound is not within
         ``TOLERANCE`` of it."""
-        x0, x1 = segment.interval.start, segment.interval.end
-        factor = self.model.same_source_factor
+        interval = segment.interval
+        x0, x1 = interval.start, interval.end
         answer = snapshot.every.total(x0, x1)
         if answer is None:
             return None
         positive, error = answer
-        negative = 0.0
+        negative = rows = 0.0
+        factor = self._factor
         if factor != 1.0:
             profile = snapshot.by_source.get(segment.data_source)
             if profile is not None:
@@ -208,10 +210,9 @@ class ServerCostCache:
                 else:
                     negative += (1.0 - factor) * value
                 error += abs(factor - 1.0) * bound
-        sid, lam, source = segment.id, self._lam, segment.data_source
-        delta = self._delta
-        rows = 0.0
+        sid, delta = segment.id, self._delta
         if delta:
+            lam, source = self._lam, segment.data_source
             self._debt += ROW_MICROS * len(delta)
             for other_id, (other, added) in delta.items():
                 if other_id == sid:
@@ -224,14 +225,12 @@ class ServerCostCache:
                 else:
                     negative += cost
                 rows += cost
-        if sid in self._held:
-            mine = delta.get(sid)
-            if mine is None:  # held since the snapshot: it is in the snapshot's sums, take it out
-                cost = factor * interval_joint_cost(x0, x1, x0, x1, lam)
-                negative += cost
-                rows += cost
-        elif sid in delta:  # removed since the snapshot
-            cost = factor * interval_joint_cost(x0, x1, x0, x1, lam)
+            # held and not added since, or removed since: the snapshot's sums count it, take it out
+            mine = sid in delta if sid not in self._held else sid not in delta
+        else:
+            mine = sid in self._held
+        if mine:
+            cost = factor * interval_joint_cost(x0, x1, x0, x1, self._lam)
             negative += cost
             rows += cost
         result = positive - negative

@@ -32,7 +32,8 @@ else the inside form when X holds at most ``SHORT_PIECES`` pieces, else None
 **Invariants.** The profile never changes once built (updates belong to its
 owner, see :class:`~coordinator.balancer.cost_cache.ServerCostCache`); bounds are
 any int64 instants (Druid's "all time" included: differences of milliseconds
-enter ``exp`` only as ``-k·d <= 0``, and masses are Python-exact integers).
+enter ``exp`` only as ``-k·d <= 0``, and the mass between two points is an exact integer, from int64
+cumulative masses modulo 2^64 and, past 2^62 in all, float sums that tell the multiple of 2^64).
 
 >>> import numpy as np
 >>> from coordinator.balancer.cost import decay_rate, interval_joint_cost
@@ -48,8 +49,6 @@ from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left, bisect_right
-from itertools import accumulate
 
 import numpy as np
 import numpy.typing as npt
@@ -81,7 +80,7 @@ def decayed_scan(points: I64, weights: F64, k: float) -> F64:
 class CoverageProfile:
     """The coverage of a frozen multiset of intervals, answering Σ joint cost against any interval in O(log n)."""
 
-    __slots__ = ("counts", "k", "lam", "last", "lpot", "mass", "points", "rpot", "segments")
+    __slots__ = ("counts", "k", "lam", "last", "lpot", "mass", "points", "rpot", "search", "segments", "top", "wide")
 
     def __init__(self, starts: I64, ends: I64, counts: I64, lam: float) -> None:
         """Intervals [starts_j, ends_j) held counts_j (> 0) times each; λ per hour."""
@@ -106,16 +105,15 @@ class CoverageProfile:
         reflected = decayed_scan(-points[::-1], np.r_[0.0, pieces[::-1]] if n else pieces, k)
         self.rpot = array("d", reflected[::-1].tobytes())
         self.points = array("q", points.tobytes())
+        self.search = points.searchsorted  # both bounds in one call: points is int64, sorted, distinct
         self.counts = array("q", m.tobytes())
         masses = m[:-1].astype(np.float64) * widths.astype(np.float64) if n else np.zeros(0)
-        self.mass: array[int] | list[int]
-        if not n:
-            self.mass = array("q")
-        elif float(masses.sum()) < 2.0**62:
-            self.mass = array("q", np.r_[0, np.cumsum(m[:-1] * widths)].astype(np.int64).tobytes())
-        else:  # beyond int64 (many "all time" intervals): Python integers
-            self.mass = list(accumulate((a * b for a, b in zip(m[:-1].tolist(), widths.tolist(), strict=True)),
-                                        initial=0))
+        # the cumulative mass (count x ms) as int64, wrapping modulo 2^64 past it (many "all time" intervals): a
+        # difference of two is exact modulo 2^64, and the float sums (kept only then) tell the multiple of 2^64
+        self.mass = array("q", np.r_[0, np.cumsum(m[:-1] * widths)].astype(np.int64).tobytes() if n else b"")
+        self.wide: array[float] | None = (array("d", np.r_[0.0, np.cumsum(masses)].tobytes())
+                     if n and float(masses.sum()) >= 2.0**62 else None)
+        self.top = int(m.max()) if n else 0
         self.last = n - 1
 
     def __len__(self) -> int:
@@ -129,8 +127,9 @@ class CoverageProfile:
             return 0.0, 0.0
         points, lpot, rpot, counts, mass = self.points, self.lpot, self.rpot, self.counts, self.mass
         k, exp, expm1 = self.k, math.exp, math.expm1
-        i = bisect_right(points, s) - 1  # s in [p_i, p_{i+1})
-        j = bisect_left(points, t) - 1  # t in (p_j, p_{j+1}]
+        i, j = self.search((s, t - 1), "right").tolist()  # the counts of points <= s and < t (integers)
+        i -= 1  # s in [p_i, p_{i+1})
+        j -= 1  # t in (p_j, p_{j+1}]
         # "L * exp(x) - c * expm1(x)" below is L e^{-u} + c f(u) with x = -u <= 0: non-negative terms
         if i < 0:
             ls, rs, cs = 0.0, rpot[0] * exp(-k * (points[0] - s)), 0
@@ -159,7 +158,10 @@ class CoverageProfile:
                 rt = rpot[j + 1] * exp(x) - c * expm1(x)
             else:
                 rt = rpot[j + 1]
-        two_mass = 2.0 * k * (ct - cs)
+        if self.wide is not None and (t - s) * self.top >= 1 << 62:
+            two_mass = 2.0 * k * self._wide_mass(i, j, s, t, ct - cs)
+        else:
+            two_mass = 2.0 * k * (ct - cs)
         value = two_mass + ls - rs - lt + rt
         bound = EPS_POINT * (two_mass + ls + rs + lt + rt)
         lam2 = self.lam * self.lam
@@ -176,3 +178,16 @@ class CoverageProfile:
                 inside += c * (_self(w) - expm1(-w) * -(expm1(-k * (lo - s)) + expm1(-k * (t - hi))))
         value = -expm1(-k * (t - s)) * (ls + rt) + inside
         return value / lam2, EPS_POINT * value / lam2
+
+    def _wide_mass(self, i: int, j: int, s: int, t: int, wrapped: int) -> int:
+        """Mass(s, t) exactly from its value modulo 2^64 and the float cumulative masses (error far below 2^63)."""
+        assert self.wide is not None
+        wide, points, counts, last = self.wide, self.points, self.counts, self.last
+
+        def cumulative(index: int, q: int) -> float:
+            if index < 0:
+                return 0.0
+            return wide[index] + (counts[index] * float(q - points[index]) if index < last else 0.0)
+
+        wrapped %= 1 << 64
+        return wrapped + round((cumulative(j, t) - cumulative(i, s) - wrapped) / 2.0**64) * (1 << 64)
