@@ -61,6 +61,7 @@ F64 = npt.NDArray[np.float64]
 EPS_POINT = 256 * 2.0**-53  # relative error of a point value (doubling scan: ~3 ε a level, ~22 levels, and the query)
 TOLERANCE = 1e-11  # the two-point form answers when its error bound is at most this share of its value
 SHORT_PIECES = 24  # the inside form sums at most this many pieces in Python
+_RATIO = EPS_POINT / TOLERANCE
 
 
 def decayed_scan(points: I64, weights: F64, k: float) -> F64:
@@ -80,11 +81,13 @@ def decayed_scan(points: I64, weights: F64, k: float) -> F64:
 class CoverageProfile:
     """The coverage of a frozen multiset of intervals, answering Σ joint cost against any interval in O(log n)."""
 
-    __slots__ = ("counts", "k", "lam", "last", "lpot", "mass", "points", "rpot", "search", "segments", "top", "wide")
+    __slots__ = ("counts", "k", "lam", "last", "lpot", "mass", "points", "rpot", "scale", "search", "segments", "top",
+                 "wide")
 
     def __init__(self, starts: I64, ends: I64, counts: I64, lam: float) -> None:
         """Intervals [starts_j, ends_j) held counts_j (> 0) times each; λ per hour."""
         self.lam, self.k = lam, lam / MILLIS_PER_HOUR
+        self.scale = 1.0 / (lam * lam)  # u² to hours²
         k = self.k
         starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
         counts = np.asarray(counts, np.int64)
@@ -163,10 +166,10 @@ class CoverageProfile:
         else:
             two_mass = 2.0 * k * (ct - cs)
         value = two_mass + ls - rs - lt + rt
-        bound = EPS_POINT * (two_mass + ls + rs + lt + rt)
-        lam2 = self.lam * self.lam
-        if bound <= TOLERANCE * value:
-            return value / lam2, bound / lam2
+        operands = two_mass + ls + rs + lt + rt
+        scale = self.scale
+        if operands * _RATIO <= value:  # the bound EPS_POINT * operands is within TOLERANCE of the value
+            return value * scale, EPS_POINT * operands * scale
         if j - i >= SHORT_PIECES:
             return None
         inside = 0.0
@@ -176,8 +179,8 @@ class CoverageProfile:
                 lo, hi = max(points[p], s), min(points[p + 1], t)
                 w = k * (hi - lo)
                 inside += c * (_self(w) - expm1(-w) * -(expm1(-k * (lo - s)) + expm1(-k * (t - hi))))
-        value = -expm1(-k * (t - s)) * (ls + rt) + inside
-        return value / lam2, EPS_POINT * value / lam2
+        value = (-expm1(-k * (t - s)) * (ls + rt) + inside) * scale
+        return value, EPS_POINT * value
 
     def _wide_mass(self, i: int, j: int, s: int, t: int, wrapped: int) -> int:
         """Mass(s, t) exactly from its value modulo 2^64 and the float cumulative masses (error far below 2^63)."""
