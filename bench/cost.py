@@ -15,7 +15,7 @@
   total (100 data sources): one brute-force pass over all 3M (the baseline), the
   :class:`~coordinator.balancer.cost_index.ClusterCostIndex` (one vectorized pass
   over every candidate, built in bulk from the arrays), and one
-  :class:`~coordinator.balancer.cost_cache.ServerCostCache` walk per server (with
+  :class:`~coordinator.balancer.cost_cache.ServerCostCache` query per server (with
   those 300 caches' build time).
 
 Run: ``.venv/bin/python -m bench.cost`` (``--quick`` stops at N = 1e5 and 30 servers;
@@ -200,7 +200,7 @@ def updates(n: int, trees: bool = True) -> None:
 
 def choose_server(servers: int, total: int, per_server_caches: bool = True) -> None:
     """The cheapest of ``servers`` for one segment: one brute-force pass over every segment (the baseline), the
-    cluster index (one vectorized pass over all candidates), and one cache walk per server."""
+    cluster index (one vectorized pass over all candidates), and one cache query per server."""
     rng = np.random.default_rng(3)
     print(f"the cheapest of {servers} servers holding {total:,} segments (100 data sources, hourly)")
     segments = _segments("aligned", total, rng, sources=100, hours=total // 100)
@@ -244,7 +244,7 @@ def choose_server(servers: int, total: int, per_server_caches: bool = True) -> N
 
     walks = _per_call(lambda: [by_cache(p) for p in probes[:5]], 1) / 5
     agree = all(names[by_cache(p)] == index.cheapest(p) for p in probes[:5])
-    print(f"  one cache walk per server: {walks * 1e3:7.2f} ms/segment   ratio {slow / walks:5.1f}x   "
+    print(f"  one cache query per server: {walks * 1e3:7.2f} ms/segment   ratio {slow / walks:5.1f}x   "
           f"same choice: {agree}   ({servers} ServerCostCache built in {build:5.1f} s, {build_cpu:5.1f} s of CPU)")
 
 
