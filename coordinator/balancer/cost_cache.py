@@ -17,7 +17,9 @@ relative, on any data.
 
 **Exactness.** Removed segments and, for a segment held here, the segment
 itself (Druid's rule: a holder and a candidate are scored alike) are
-subtracted from the snapshot's sums. Every query carries a bound on its
+subtracted from the snapshot's sums (a held segment whose own cost would
+cancel the sum is summed from the profiles' counts less its own copy instead,
+over the coverage pieces it covers). Every query carries a bound on its
 absolute error (the profiles' own bounds plus a few ulps per row); when the
 bound exceeds ``TOLERANCE`` of the answer (a subtraction that cancels, or a
 query of seconds over many coverage pieces), the cache rebuilds its snapshot
@@ -192,31 +194,15 @@ class ServerCostCache:
         ``TOLERANCE`` of it."""
         interval = segment.interval
         x0, x1 = interval.start, interval.end
-        answer = snapshot.every.total(x0, x1)
-        if answer is None:
-            return None
-        positive, error = answer
-        negative = rows = 0.0
         factor = self._factor
-        if factor != 1.0:
-            profile = snapshot.by_source.get(segment.data_source)
-            if profile is not None:
-                answer = profile.total(x0, x1)
-                if answer is None:
-                    return None
-                value, bound = answer
-                if factor > 1.0:
-                    positive += (factor - 1.0) * value
-                else:
-                    negative += (1.0 - factor) * value
-                error += abs(factor - 1.0) * bound
+        positive = negative = rows = 0.0
         sid, delta = segment.id, self._delta
         if delta:
             lam, source = self._lam, segment.data_source
             self._debt += ROW_MICROS * len(delta)
             for other_id, (other, added) in delta.items():
                 if other_id == sid:
-                    continue  # held and added since: not in the snapshot; removed since: subtracted below
+                    continue  # held and added since: not in the snapshot; removed since: taken out below
                 cost = interval_joint_cost(x0, x1, other.interval.start, other.interval.end, lam)
                 if other.data_source == source:
                     cost *= factor
@@ -229,7 +215,36 @@ class ServerCostCache:
             mine = sid in delta if sid not in self._held else sid not in delta
         else:
             mine = sid in self._held
-        if mine:
+        value = self._with_profiles(snapshot, segment, positive, negative, rows, mine, False)
+        if value is None and mine:  # its own cost cancels the sum: the profiles' counts without it instead
+            value = self._with_profiles(snapshot, segment, positive, negative, rows, mine, True)
+        return value
+
+    def _with_profiles(self, snapshot: _Snapshot, segment: SegmentDescriptor, positive: float, negative: float,
+                       rows: float, mine: bool, without: bool) -> float | None:
+        """The delta's sums plus the profiles' (``without``: less the segment itself, held in the snapshot;
+        else, when ``mine``, its own cost subtracted), or None when the error bound is not within ``TOLERANCE``."""
+        x0, x1 = segment.interval.start, segment.interval.end
+        every = snapshot.every
+        answer = every.total_without(x0, x1) if without else every.total(x0, x1)
+        if answer is None:
+            return None
+        value, error = answer
+        positive += value
+        factor = self._factor
+        if factor != 1.0:
+            profile = snapshot.by_source.get(segment.data_source)
+            if profile is not None:
+                answer = profile.total_without(x0, x1) if without else profile.total(x0, x1)
+                if answer is None:
+                    return None
+                value, bound = answer
+                if factor > 1.0:
+                    positive += (factor - 1.0) * value
+                else:
+                    negative += (1.0 - factor) * value
+                error += abs(factor - 1.0) * bound
+        if mine and not without:
             cost = factor * interval_joint_cost(x0, x1, x0, x1, self._lam)
             negative += cost
             rows += cost

@@ -172,14 +172,35 @@ class CoverageProfile:
             return value * scale, EPS_POINT * operands * scale
         if j - i >= SHORT_PIECES:
             return None
+        return self._inside_form(i, j, s, t, ls, rt, 0)
+
+    def total_without(self, s: int, t: int) -> tuple[float, float] | None:
+        """:meth:`total` less one copy of [s, t) itself, which the profile must hold: the inside form with the
+        count of every piece inside X lowered by one (the others' exact count), so nothing is subtracted however
+        much of the sum X's own cost is (a server whose segments lie far apart). None past ``SHORT_PIECES``
+        pieces inside X, or when the profile does not hold [s, t)."""
+        points, last = self.points, self.last
+        i, j = self.search((s, t - 1), "right").tolist()
+        i -= 1
+        j -= 1
+        if i < 0 or j >= last or points[i] != s or points[j + 1] != t or j - i >= SHORT_PIECES:
+            return None
+        return self._inside_form(i, j, s, t, self.lpot[i], self.rpot[j + 1], 1)
+
+    def _inside_form(self, i: int, j: int, s: int, t: int, ls: float, rt: float,
+                     less: int) -> tuple[float, float] | None:
+        """f(a)·(Lpot(s) + Rpot(t)) + Σ (m_p - less)·J_p over the pieces p X meets (i..j): non-negative terms."""
+        points, counts, k, expm1 = self.points, self.counts, self.k, math.expm1
         inside = 0.0
-        for p in range(max(i, 0), min(j, last - 1) + 1):  # the pieces X meets
-            c = counts[p]
+        for p in range(max(i, 0), min(j, self.last - 1) + 1):  # the pieces X meets
+            c = counts[p] - less
+            if c < 0:
+                return None
             if c:
                 lo, hi = max(points[p], s), min(points[p + 1], t)
                 w = k * (hi - lo)
                 inside += c * (_self(w) - expm1(-w) * -(expm1(-k * (lo - s)) + expm1(-k * (t - hi))))
-        value = (-expm1(-k * (t - s)) * (ls + rt) + inside) * scale
+        value = (-expm1(-k * (t - s)) * (ls + rt) + inside) * self.scale
         return value, EPS_POINT * value
 
     def _wide_mass(self, i: int, j: int, s: int, t: int, wrapped: int) -> int:

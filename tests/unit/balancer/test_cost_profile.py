@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -189,3 +190,28 @@ def test_a_million_unaligned_segments_agree_with_brute_force() -> None:
         assert answer is not None
         ref = float(np.sum(costs(Interval(x0, x0 + length), starts, ends, np.zeros(n, bool), model)))
         assert abs(answer[0] - ref) <= 1e-9 * ref, (length, answer, ref)
+
+
+def test_holders_on_a_sparse_server_are_answered_from_the_profiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Daily segments weeks apart: each holder's own cost is nearly all of its sum, so subtracting it would
+    cancel; the profiles' counts less its own copy answer instead (within 1e-9), never the O(n) exact sum."""
+    segments = [_segment(i, T0 + 30 * i * DAY, T0 + (30 * i + 1) * DAY, i % 2) for i in range(60)]
+    segments.append(_segment(60, T0 + 3 * DAY + 5, T0 + 4 * DAY - 7, 0))  # two pieces inside no other segment
+    cache, brute = ServerCostCache(), ServerSegments()
+    cache.extend(segments)
+    for s in segments:
+        brute.add(s)
+
+    def no_exact(*_: object) -> float:
+        raise AssertionError("summed over every segment")
+
+    monkeypatch.setattr(cache, "_exact", no_exact)
+    for s in segments:
+        ours, ref = cache.cost_of(s), brute.cost_of(s)
+        assert abs(ours - ref) <= 1e-9 * ref, (s, ours, ref)
+    held = ServerCostCache()
+    held.extend([segments[0], _segment(99, T0, T0 + DAY, 1)])  # the same interval twice (two data sources)
+    both = ServerSegments()
+    for s in (segments[0], _segment(99, T0, T0 + DAY, 1)):
+        both.add(s)
+    assert abs(held.cost_of(segments[0]) - both.cost_of(segments[0])) <= 1e-9 * both.cost_of(segments[0])
