@@ -237,6 +237,7 @@ def choose_server(servers: int, total: int, per_server_caches: bool = True) -> N
     caches = [ServerCostCache() for _ in range(servers)]
     for k in range(servers):
         caches[k].extend([segments[i] for i in np.flatnonzero(owner == k).tolist()])
+        caches[k].cost_of(probes[0])  # the first query builds its profiles: part of building the cache
     build, build_cpu = time.perf_counter() - t0, time.process_time() - c0
 
     def by_cache(p: SegmentDescriptor) -> int:
