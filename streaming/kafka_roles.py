@@ -24,7 +24,7 @@ import secrets
 from pathlib import Path
 
 from events.topics import Topics
-from streaming.credentials import KafkaSecurity
+from streaming.credentials import KafkaSecurity, client_config
 from streaming.local_sasl import MECHANISM, ROLES, SUPER, grant_acls
 
 #: Every principal a deployment needs a password for: the super users, then one per role.
@@ -64,12 +64,12 @@ def ensure_passwords(folder: Path, ca_location: str | None = None) -> dict[str, 
     return out
 
 
-def upsert_role_users(bootstrap: str, admin_settings: dict[str, str], passwords: dict[str, str],
-                      timeout: float = 30.0) -> list[str]:
-    """Upsert one SCRAM-SHA-512 credential per role (idempotent), as the admin; returns the role names."""
+def upsert_role_users(bootstrap: str, passwords: dict[str, str], timeout: float = 30.0) -> list[str]:
+    """Upsert one SCRAM-SHA-512 credential per role (idempotent), as the admin of the environment's
+    credentials (:func:`streaming.credentials.client_config`); returns the role names."""
     from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_settings})
+    admin = AdminClient(client_config(bootstrap))
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
     names = [r.name for r in ROLES]
     upserts = [UserScramCredentialUpsertion(n, info, passwords[n].encode()) for n in names]
@@ -78,9 +78,11 @@ def upsert_role_users(bootstrap: str, admin_settings: dict[str, str], passwords:
     return names
 
 
-def setup_roles(bootstrap: str, admin_settings: dict[str, str], folder: Path, topics: Topics,
-                ca_location: str | None = None, timeout: float = 30.0) -> int:
-    """Passwords in ``folder``, a SCRAM user per role, the role ACLs for ``topics``; returns the ACL count."""
+def setup_roles(bootstrap: str, folder: Path, topics: Topics, ca_location: str | None = None,
+                timeout: float = 30.0) -> int:
+    """Passwords in ``folder``, a SCRAM user per role, the role ACLs for ``topics``, as the admin of the
+    environment's credentials; returns the ACL count."""
+    admin = {k: v for k, v in client_config(bootstrap).items() if k != "bootstrap.servers"}
     passwords = ensure_passwords(folder, ca_location)
-    upsert_role_users(bootstrap, admin_settings, passwords, timeout)
-    return grant_acls(bootstrap, admin_settings, topics, timeout)
+    upsert_role_users(bootstrap, passwords, timeout)
+    return grant_acls(bootstrap, admin, topics, timeout)

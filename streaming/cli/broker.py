@@ -88,7 +88,7 @@ def cmd_kafka_setup_roles(args: argparse.Namespace) -> int:
         raise CliError(f"no admin credentials: set {credentials.CONFIG_ENV} to the admin's properties file "
                        f"(or {credentials.USERNAME_ENV}/{credentials.PASSWORD_ENV}), never on the command line")
     ca = args.ca if args.ca is not None else sec.ca_location
-    count = kafka_roles.setup_roles(address, sec.librdkafka(), folder, topics(args), ca, args.timeout)
+    count = kafka_roles.setup_roles(address, folder, topics(args), ca, args.timeout)
     print(f"SCRAM-SHA-512 users {', '.join(r for r in kafka_roles.PRINCIPALS if r not in ('admin', 'controller'))} "
           f"on {address}, {count} ACLs for topics {topics(args).prefix}*; client settings per role in "
           f"{folder}/<role>.properties (use one with {credentials.CONFIG_ENV}=<file>)")
