@@ -69,6 +69,32 @@ def cmd_kafka_acls(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_kafka_setup_roles(args: argparse.Namespace) -> int:
+    """Role passwords in a folder, and (unless --generate-only) the SCRAM users and ACLs on any cluster."""
+    from streaming import credentials, kafka_roles
+
+    folder = Path(args.credentials_dir)
+    if args.generate_only:
+        kafka_roles.ensure_passwords(folder, args.ca)
+        print(f"passwords and client properties of {', '.join(kafka_roles.PRINCIPALS)} in {folder} (mode 0600)")
+        return 0
+    address = bootstrap(args)
+    try:
+        sec = credentials.kafka_security()
+        sec.check_bootstrap(address)
+    except credentials.CredentialsError as e:
+        raise CliError(str(e)) from None
+    if not sec.sasl:
+        raise CliError(f"no admin credentials: set {credentials.CONFIG_ENV} to the admin's properties file "
+                       f"(or {credentials.USERNAME_ENV}/{credentials.PASSWORD_ENV}), never on the command line")
+    ca = args.ca if args.ca is not None else sec.ca_location
+    count = kafka_roles.setup_roles(address, folder, topics(args), ca, args.timeout)
+    print(f"SCRAM-SHA-512 users {', '.join(r for r in kafka_roles.PRINCIPALS if r not in ('admin', 'controller'))} "
+          f"on {address}, {count} ACLs for topics {topics(args).prefix}*; client settings per role in "
+          f"{folder}/<role>.properties (use one with {credentials.CONFIG_ENV}=<file>)")
+    return 0
+
+
 def cmd_kafka_stop(args: argparse.Namespace) -> int:
     print("kafka stopped" if broker(args).stop() else "kafka was not running")
     if args.brokers > 1 and _cluster(args, args.brokers).stop():
@@ -144,6 +170,22 @@ def register(sub: Any) -> None:
     add_home(acls, "broker home (default $SEGCOORD_HOME, ~/.local/state/segcoord)")
     add_topic_prefix(acls)
     acls.set_defaults(func=cmd_kafka_acls)
+    roles = ksub.add_parser(
+        "setup-roles",
+        help="on any cluster: a SCRAM user per role (passwords kept in a folder) and the role ACLs, as the admin "
+             "($SEGCOORD_KAFKA_CONFIG, never argv); docs/security.md")
+    add_bootstrap(roles)
+    roles.add_argument("--credentials-dir", required=True, metavar="DIR",
+                       help="folder of <principal>.password and <principal>.properties (made once, mode 0600; "
+                            "existing passwords are kept)")
+    roles.add_argument("--ca", default=None, metavar="PATH",
+                       help="CA file path to write into the role properties (SASL_SSL); default the admin's "
+                            "ssl.ca.location; none: SASL_PLAINTEXT (loopback only)")
+    roles.add_argument("--generate-only", action="store_true",
+                       help="only make the folder's passwords and properties files; contact no broker")
+    roles.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster")
+    add_topic_prefix(roles)
+    roles.set_defaults(func=cmd_kafka_setup_roles)
 
     tps = sub.add_parser("topics", help="Kafka topics of the design")
     tsub = tps.add_subparsers(dest="action", metavar="ACTION", required=True)
