@@ -175,13 +175,30 @@ def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
         g = group_of[pid]
         raw_lists[g].update(x for x in seg.overshadowed_segments if group_of.get(x) != g)
     edges = {g: {group_of[x] for x in raw_lists[g] if x in group_of} for g in groups}
-    comp = _strongly_connected(groups, edges)
-    lists: dict[int, frozenset[int]] = {
-        g: frozenset(x for x in raw_lists[g] if x not in group_of or comp[group_of[x]] != comp[g]) for g in groups
-    }
-    dag = {g: {group_of[x] for x in lists[g] if x in group_of} for g in groups}
+    order = _lister_first(groups, edges)
+    if len(order) == len(groups):  # no cycle: no edge to drop (the common case; Tarjan only when needed)
+        lists: dict[int, frozenset[int]] = {g: frozenset(raw_lists[g]) for g in groups}
+    else:
+        comp = _strongly_connected(groups, edges)
+        lists = {
+            g: frozenset(x for x in raw_lists[g] if x not in group_of or comp[group_of[x]] != comp[g])
+            for g in groups
+        }
+        order = _lister_first(groups, {g: {group_of[x] for x in lists[g] if x in group_of} for g in groups})
+    via: dict[int, tuple[int, ...] | None] = {}
+    for g in groups:
+        listed = lists[g]
+        via[g] = tuple(sorted({group_of[x] for x in listed})) if listed and all(x in group_of for x in listed) \
+            else None
+    return ChunkStructure(
+        False, core, group_of, {g: _member_set(m) for g, m in group_members.items()}, lists, tuple(order),
+        frozenset(members), via=via,
+    )
 
-    # Topological order: every lister before what it lists (Kahn, smallest representative first).
+
+def _lister_first(groups: list[int], dag: Mapping[int, Set[int]]) -> list[int]:
+    """Every lister before what it lists (Kahn, smallest representative first); shorter than ``groups`` when the
+    graph has a cycle (its groups are left out)."""
     indegree = dict.fromkeys(groups, 0)
     for g in groups:
         for h in dag[g]:
@@ -196,15 +213,7 @@ def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
             if indegree[h] == 0:
                 ready.append(h)
         ready.sort()
-    via: dict[int, tuple[int, ...] | None] = {}
-    for g in groups:
-        listed = lists[g]
-        via[g] = tuple(sorted({group_of[x] for x in listed})) if listed and all(x in group_of for x in listed) \
-            else None
-    return ChunkStructure(
-        False, core, group_of, {g: _member_set(m) for g, m in group_members.items()}, lists, tuple(order),
-        frozenset(members), via=via,
-    )
+    return order
 
 
 _SINGLES = [frozenset((p,)) for p in range(1024)]  # shared: most groups are one low partition id

@@ -51,7 +51,7 @@ chunk and its overlapping versions, never the data source.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -97,7 +97,7 @@ class _Chunk:
     """Mutable bookkeeping of one (interval, version); only the Timeline touches it."""
 
     __slots__ = ("candidate", "candidate_gaps", "complete", "covered", "entries", "fully_hidden", "hidden_gaps",
-                 "higher", "ids", "interval", "key", "members", "neighbors", "neighbors_epoch", "online", "overwrite",
+                 "higher", "ids", "interval", "key", "members", "neighbors", "online", "overwrite",
                  "rank", "removed", "resolution", "served", "states", "structure", "version", "visible_ids")
 
     def __init__(self, interval: Interval, version: str) -> None:
@@ -123,9 +123,10 @@ class _Chunk:
         # returns them; updated by one neighbor's change (Timeline._recover_after) or recomputed (_cover).
         self.hidden_gaps: tuple[Interval, ...] = ()
         self.candidate_gaps: tuple[Interval, ...] | None = None
-        self.neighbors: list[_Chunk] = []  # the other chunks overlapping this one, valid at neighbors_epoch
-        self.higher: list[_Chunk] = []  # those of them ranked higher; both in (start, end, version) order
-        self.neighbors_epoch = -1
+        # The other chunks overlapping this one, and those of them ranked higher, both in (start, end, version)
+        # order; kept current by the timeline as chunks come and go (Timeline._link / _unlink).
+        self.neighbors: list[_Chunk] = []
+        self.higher: list[_Chunk] = []
         self.removed = False
         # A member with a Druid-form overwrite spec may have joined (never reset: only costs a structure rebuild).
         self.overwrite = False  # dropped from the timeline (its last member left the used set)
@@ -141,9 +142,10 @@ class _Chunk:
             if (structure is not None and structure.plain and partition not in members and not self.overwrite
                     and not overwrite and _plain(partition, segment)):
                 # A plain segment joining a plain chunk (no declarations, no Druid-form overwrite whose list form
-                # could depend on it) keeps it plain: chunk_structure would only add it to the known ids.
-                self.structure = ChunkStructure(True, max(structure.core, segment.core_partitions), {}, {}, {}, (),
-                                                structure.known | {partition})
+                # could depend on it) keeps it plain: chunk_structure would only add it to the known ids, which a
+                # plain chunk's verdict does not read (resolve), so a shared structure per core count serves.
+                core = segment.core_partitions
+                self.structure = structure if core <= structure.core else _plain_structure(core)
             else:
                 self.structure = None
             members[partition] = segment
@@ -171,7 +173,9 @@ class _Chunk:
         before = self.resolution.visible
         online = self.online
         if structure.plain:  # resolve_structure's plain case, inlined (most chunks)
-            self.resolution = resolution = _resolution(structure.known.intersection(online), _NONE, _NONE, _NONE)
+            # The known ids ∩ online is the online set itself: only used members are ever online in a chunk
+            # (announce and publish add a partition only when its segment is used, drop_member removes it).
+            self.resolution = resolution = _resolution(frozenset(online), _NONE, _NONE, _NONE)
         else:
             self.resolution = resolution = resolve_structure(structure, online)
         visible = resolution.visible
@@ -193,6 +197,18 @@ class _Chunk:
 
 
 _CORES = [frozenset(range(n)) for n in range(257)]  # core partitions 0..n-1, shared
+_PLAIN: dict[int, ChunkStructure] = {}
+
+
+def _plain_structure(core: int) -> ChunkStructure:
+    """A plain structure with ``core`` core partitions, shared by the chunks that need one: its ``known`` ids are
+    left empty (the timeline's plain verdict reads the chunk's online set, always within its members)."""
+    found = _PLAIN.get(core)
+    if found is None:
+        found = ChunkStructure(True, core, {}, {}, {}, (), frozenset())
+        if len(_PLAIN) < 1024:
+            _PLAIN[core] = found
+    return found
 _NONE: frozenset[int] = frozenset()
 _resolution = constructor(ChunkResolution)
 
@@ -292,7 +308,6 @@ class Timeline:
         # Members' states live in their chunks (``_Chunk.states``, by partition id: no SegmentId hashing on the hot
         # path); segments that left the used set in the current mutation wait here with their last state.
         self._forgotten: list[tuple[SegmentId, SegmentState]] = []
-        self._epoch = 0  # bumped whenever a chunk is added or removed: the chunks' neighbor lists go stale
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -339,19 +354,37 @@ class Timeline:
         chunk = self._chunks.get(key)
         if chunk is None:
             chunk = self._chunks[key] = _Chunk(seg.interval, seg.version)
+            self._link(chunk)
             self._index.add(key, seg.interval, chunk)
-            self._epoch += 1
         return chunk
 
+    def _link(self, chunk: _Chunk) -> None:
+        """Give a new chunk its neighbor lists and add it to those of the chunks it overlaps (one index query per
+        new chunk, instead of every chunk's lists going stale whenever one is added)."""
+        neighbors = self._index.overlapping(chunk.interval)
+        neighbors.sort(key=_chunk_key)  # by start: what coverage.subtract_sorted reads
+        rank = chunk.rank
+        chunk.neighbors = neighbors
+        chunk.higher = [o for o in neighbors if o.rank > rank]
+        for other in neighbors:
+            insort(other.neighbors, chunk, key=_chunk_key)
+            if rank > other.rank:
+                insort(other.higher, chunk, key=_chunk_key)
+
+    def _unlink(self, chunk: _Chunk) -> list[_Chunk]:
+        """Take a removed chunk out of its neighbors' lists; returns those neighbors."""
+        neighbors = chunk.neighbors
+        rank = chunk.rank
+        for other in neighbors:
+            other.neighbors.remove(chunk)
+            if rank > other.rank:
+                other.higher.remove(chunk)
+        chunk.neighbors = []
+        chunk.higher = []
+        return neighbors
+
     def _neighbors(self, chunk: _Chunk) -> list[_Chunk]:
-        """The other chunks overlapping ``chunk``, from its cache while no chunk came or went."""
-        if chunk.neighbors_epoch != self._epoch:
-            neighbors = [o for o in self._index.overlapping(chunk.interval) if o is not chunk]
-            neighbors.sort(key=_chunk_key)  # by start: what coverage.subtract_sorted reads
-            rank = chunk.rank
-            chunk.neighbors = neighbors
-            chunk.higher = [o for o in neighbors if o.rank > rank]
-            chunk.neighbors_epoch = self._epoch
+        """The other chunks overlapping ``chunk``, in (start, end, version) order."""
         return chunk.neighbors
 
     # -- mutations --------------------------------------------------------------------
@@ -435,12 +468,11 @@ class Timeline:
             chunk.resolve()
             if not chunk.members:
                 key = chunk.key
-                neighbors = self._neighbors(chunk)
+                neighbors = self._unlink(chunk)
                 self._uncover(chunk)
                 self._index.remove(key)
                 del self._chunks[key]
                 chunk.removed = True
-                self._epoch += 1
                 dirty.append(neighbors)
                 removed = True
                 continue
