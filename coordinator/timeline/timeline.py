@@ -59,7 +59,7 @@ from typing import NamedTuple
 from sortedcontainers import SortedList
 
 from coordinator.timeline.chunk import ChunkResolution, ChunkStructure, chunk_structure, resolve_structure
-from coordinator.timeline.coverage import subtract_sorted
+from coordinator.timeline.coverage import make_piece, subtract_sorted
 from coordinator.timeline.index import IntervalIndex
 from coordinator.timeline.overwrite import as_list_form
 from events.compiled import constructor
@@ -169,7 +169,8 @@ class _Chunk:
     def resolve(self) -> None:
         structure = self.structure
         if structure is None:
-            structure = self.structure = chunk_structure(as_list_form(self.members))
+            members = self.members  # the list form only when a Druid-form overwrite may be among them
+            structure = self.structure = chunk_structure(as_list_form(members) if self.overwrite else members)
         before = self.resolution.visible
         online = self.online
         if structure.plain:  # resolve_structure's plain case, inlined (most chunks)
@@ -223,7 +224,33 @@ def _plain(partition: int, segment: SegmentDescriptor) -> bool:
         return False
     group = segment.atomic_update_group
     return not group or all(p == partition for p in group)
+
+
+def _restate(chunk: _Chunk, changes: list[StateChange]) -> None:
+    """Append the changes of ``chunk``'s members' states (by partition id) and record the new states."""
+    known = chunk.states
+    online = chunk.online
+    res = chunk.resolution
+    hidden, overshadowed, visible = chunk.fully_hidden, res.overshadowed, res.visible
+    served = bool(chunk.served)
+    for p, sid in chunk.ids.items():
+        # Timeline._state_in, inlined (this loop runs for every member of every restated chunk)
+        if p not in online:
+            new: SegmentState = "offline"
+        elif hidden or p in overshadowed:
+            new = "overshadowed"
+        elif served and p in visible:
+            new = "visible"
+        else:
+            new = "standby"
+        old = known.get(p, "absent")
+        if new != old:
+            known[p] = new
+            changes.append(_state_change(sid, old, new))
+
+
 _FLAT_AFTER = 8
+_UNSEEN = make_piece(0, 0)  # "no pending entry" for _show (compared by identity)
 _ABSENT: list[Interval] = []  # sentinel of lookup's parts (never a chunk's list)
 
 
@@ -236,9 +263,9 @@ def _without(gaps: tuple[Interval, ...], flip: _Chunk) -> tuple[Interval, ...]:
             out.append(piece)
             continue
         if piece.start < fs:
-            out.append(Interval(piece.start, fs))
+            out.append(make_piece(piece.start, fs))
         if fe < piece.end:
-            out.append(Interval(fe, piece.end))
+            out.append(make_piece(fe, piece.end))
     return tuple(out)
 
 
@@ -246,13 +273,13 @@ def _with(gaps: tuple[Interval, ...], chunk: _Chunk, flip: _Chunk, blockers: lis
     """``gaps`` plus what of ``chunk`` ∩ ``flip`` the other ``blockers`` (overlapping ``flip``, by start) leave
     uncovered, merged into maximal pieces. The added part lies inside ``flip``, which the old gaps avoided."""
     lo, hi = max(chunk.key[0], flip.key[0]), min(chunk.key[1], flip.key[1])
-    added = subtract_sorted(Interval(lo, hi), blockers)
+    added = subtract_sorted(make_piece(lo, hi), blockers)
     if not added:
         return gaps
     out: list[Interval] = []
     for piece in sorted((*gaps, *added)):
         if out and out[-1].end == piece.start:
-            out[-1] = Interval(out[-1].start, piece.end)
+            out[-1] = make_piece(out[-1].start, piece.end)
         else:
             out.append(piece)
     return tuple(out)
@@ -299,7 +326,8 @@ class Timeline:
         # Filings (+1) and withdrawals (-1) of served pieces not yet applied to ``_served``: a piece handed from
         # one chunk to another and back (an announce undone) cancels here instead of costing four list updates.
         # Applied before every read of ``_served`` and whenever it grows past _PENDING_MAX.
-        self._pending: dict[tuple[int, int, ChunkKey, Interval], int] = {}
+        # Keyed by (start, end, chunk key) (an Interval hashes in Python); the piece to file, None to withdraw.
+        self._pending: dict[tuple[int, int, ChunkKey], Interval | None] = {}
         # A flat copy of ``_served`` (starts, entries) for lookups, made once _FLAT_AFTER lookups in a row found
         # ``_served`` unchanged (a list bisected in C instead of the sorted list's Python-level navigation); any
         # change drops it, so interleaved changes and lookups never pay for copies.
@@ -401,6 +429,8 @@ class Timeline:
             if sid in self._servers:  # announced before its publish was read: online at once
                 chunk.online.add(sid.partition_id)
             touched[chunk] = None
+        if len(touched) == 1:
+            return self._settle_one(next(iter(touched)))
         return self._settle(touched)
 
     def mark_unused(self, segment_ids: Iterable[SegmentId]) -> list[StateChange]:
@@ -434,7 +464,7 @@ class Timeline:
             return []  # not used: held by the server, served by no one
         chunk = self._chunks[_key(sid)]
         chunk.online.add(sid.partition_id)
-        return self._settle((chunk,))
+        return self._settle_one(chunk)
 
     def unannounce(self, segment_id: SegmentId, server: str) -> list[StateChange]:
         """A server stopped serving the segment (unknown pairs change nothing)."""
@@ -450,7 +480,31 @@ class Timeline:
             return []
         chunk = self._chunks[_key(segment_id)]
         chunk.online.discard(segment_id.partition_id)
-        return self._settle((chunk,))
+        return self._settle_one(chunk)
+
+    def _settle_one(self, chunk: _Chunk) -> list[StateChange]:
+        """:meth:`_settle` of one touched chunk that keeps members (an announce, an unannounce, most publishes):
+        the same steps in the same order, without the bookkeeping of several chunks."""
+        if not chunk.members or self._forgotten:
+            return self._settle((chunk,))
+        was_complete, was_candidate = chunk.complete, chunk.candidate
+        chunk.resolve()
+        changes: list[StateChange] = []
+        if chunk.complete == was_complete and chunk.candidate == was_candidate:
+            if not chunk.covered:
+                self._cover(chunk)  # a new chunk may lie under higher ones
+            _restate(chunk, changes)
+            return changes
+        restate = [chunk]
+        for other in chunk.neighbors:  # its neighbors' coverage moves only inside its interval (_recover_after)
+            if self._recover_after(other, chunk, was_complete, was_candidate):
+                restate.append(other)
+        self._cover(chunk)
+        if len(restate) > 1:
+            restate.sort(key=_chunk_key)
+        for each in restate:
+            _restate(each, changes)
+        return changes
 
     def _settle(self, touched: Collection[_Chunk]) -> list[StateChange]:
         """Re-resolve touched chunks, re-cover where completeness changed, diff the states.
@@ -502,25 +556,7 @@ class Timeline:
         # Chunks by key and members by partition id: the changes come out in segment id order (one data source:
         # an id's order is its chunk key's, then its partition id's), no sort needed but for forgotten ids.
         for chunk in sorted(restate, key=_chunk_key) if len(restate) > 1 else restate:
-            known = chunk.states
-            online = chunk.online
-            res = chunk.resolution
-            hidden, overshadowed, visible = chunk.fully_hidden, res.overshadowed, res.visible
-            served = bool(chunk.served)
-            for p, sid in chunk.ids.items():
-                # _state_in, inlined (this loop runs for every member of every restated chunk)
-                if p not in online:
-                    new: SegmentState = "offline"
-                elif hidden or p in overshadowed:
-                    new = "overshadowed"
-                elif served and p in visible:
-                    new = "visible"
-                else:
-                    new = "standby"
-                old = known.get(p, "absent")
-                if new != old:
-                    known[p] = new
-                    changes.append(_state_change(sid, old, new))
+            _restate(chunk, changes)
         if self._forgotten:  # left the used set: no longer in any chunk
             changes += [StateChange(sid, old, "absent") for sid, old in self._forgotten]
             self._forgotten.clear()
@@ -594,14 +630,14 @@ class Timeline:
             pending = self._pending
             for piece in before:
                 if piece not in served:
-                    entry = (piece.start, piece.end, key, piece)
-                    if pending.pop(entry, 0) != 1:
-                        pending[entry] = -1
+                    where = (piece.start, piece.end, key)
+                    if pending.pop(where, None) is None:  # cancels a pending filing, or withdraws
+                        pending[where] = None
             for piece in served:
                 if piece not in before:
-                    entry = (piece.start, piece.end, key, piece)
-                    if pending.pop(entry, 0) != -1:
-                        pending[entry] = 1
+                    where = (piece.start, piece.end, key)
+                    if pending.pop(where, _UNSEEN) is not None:  # cancels a pending withdrawal, or files
+                        pending[where] = piece
             if len(pending) > _PENDING_MAX:
                 self._file_pending()
             chunk.served = served
@@ -617,11 +653,11 @@ class Timeline:
         self._flat = None
         self._quiet_lookups = 0
         pieces = self._served
-        for entry, sign in pending.items():
-            if sign > 0:
-                pieces.add(entry)
-            else:
-                pieces.remove(entry)
+        for (start, end, key), piece in pending.items():
+            if piece is not None:
+                pieces.add((start, end, key, piece))
+            else:  # the listed entry's piece is equal to this one
+                pieces.remove((start, end, key, make_piece(start, end)))
         self._pending.clear()
 
     def _uncover(self, chunk: _Chunk) -> None:
@@ -722,9 +758,9 @@ class Timeline:
             ivs = parts.get(chunk)
             if ivs is None:
                 ivs = parts[chunk] = []
-            sub = piece if qs <= start and end <= qe else Interval(max(start, qs), min(end, qe))
+            sub = piece if qs <= start and end <= qe else make_piece(max(start, qs), min(end, qe))
             if ivs and ivs[-1].end == sub.start:
-                ivs[-1] = Interval(ivs[-1].start, sub.end)
+                ivs[-1] = make_piece(ivs[-1].start, sub.end)
             else:
                 ivs.append(sub)
         out: list[LookupEntry] = []
