@@ -411,10 +411,6 @@ class Timeline:
         chunk.higher = []
         return neighbors
 
-    def _neighbors(self, chunk: _Chunk) -> list[_Chunk]:
-        """The other chunks overlapping ``chunk``, in (start, end, version) order."""
-        return chunk.neighbors
-
     # -- mutations --------------------------------------------------------------------
     def publish(self, segments: Iterable[SegmentDescriptor]) -> list[StateChange]:
         """Add segments to the used set (their descriptors become authoritative)."""
@@ -462,7 +458,8 @@ class Timeline:
         self._segments.setdefault(sid, segment)
         if sid not in self._used:
             return []  # not used: held by the server, served by no one
-        chunk = self._chunks[_key(sid)]
+        interval = sid.interval
+        chunk = self._chunks[(interval.start, interval.end, sid.version)]
         chunk.online.add(sid.partition_id)
         return self._settle_one(chunk)
 
@@ -478,7 +475,8 @@ class Timeline:
         if segment_id not in self._used:
             self._segments.pop(segment_id, None)  # neither used nor online: forgotten
             return []
-        chunk = self._chunks[_key(segment_id)]
+        interval = segment_id.interval
+        chunk = self._chunks[(interval.start, interval.end, segment_id.version)]
         chunk.online.discard(segment_id.partition_id)
         return self._settle_one(chunk)
 
@@ -539,12 +537,12 @@ class Timeline:
         if len(flipped) == 1 and not removed:
             # One chunk changed hands: its neighbors' coverage moves only inside its interval (_recover_after).
             flip, was_complete, was_candidate = flipped[0]
-            for other in self._neighbors(flip):
+            for other in flip.neighbors:
                 if other not in recover and self._recover_after(other, flip, was_complete, was_candidate):
                     restate[other] = None
         else:
             for flip, _c, _v in flipped:
-                dirty.append(self._neighbors(flip))
+                dirty.append(flip.neighbors)
         for chunks in dirty:
             for other in chunks:
                 if not other.removed:  # not removed later in this settle
@@ -570,7 +568,7 @@ class Timeline:
         Returns whether either changed (only then can its members' states change).
         """
         chunk.covered = True
-        others = self._neighbors(chunk)
+        others = chunk.neighbors
         interval = chunk.interval
         chunk.hidden_gaps = gaps = subtract_sorted(interval, [o.key for o in chunk.higher if o.complete])
         chunk.candidate_gaps = None
@@ -589,7 +587,7 @@ class Timeline:
         (nothing else changed since ``chunk`` was last covered): the gaps change only inside ``flip``'s interval, so
         they are updated from ``flip``'s neighbors instead of ``chunk``'s (a daily chunk under 24 hourly ones
         re-covers from the hour's few). The result is :meth:`_cover`'s, piece for piece (maximal pieces)."""
-        if not chunk.covered or len(flip.neighbors) >= len(self._neighbors(chunk)):
+        if not chunk.covered or len(flip.neighbors) >= len(chunk.neighbors):
             return self._cover(chunk)
         rank = chunk.rank
         higher = flip.rank > rank
@@ -603,7 +601,7 @@ class Timeline:
         elif chunk.candidate and gaps:
             served_before = chunk.candidate_gaps
             if served_before is None:
-                blockers = [o.key for o in self._neighbors(chunk) if o.complete or (o.candidate and o.rank > rank)]
+                blockers = [o.key for o in chunk.neighbors if o.complete or (o.candidate and o.rank > rank)]
                 served = subtract_sorted(chunk.interval, blockers)
             elif (was_complete or (was_candidate and higher)) != (flip.complete or (flip.candidate and higher)):
                 if flip.complete or (flip.candidate and higher):
