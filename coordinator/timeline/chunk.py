@@ -216,6 +216,36 @@ def _lister_first(groups: list[int], dag: Mapping[int, Set[int]]) -> list[int]:
     return order
 
 
+_SHARED: dict[tuple[int, tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]], ChunkStructure] = {}
+_SHARED_MAX = 4096
+
+
+def shared_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
+    """:func:`chunk_structure`, one object for every chunk whose members declare the same things.
+
+    A structure (and its memo of verdicts, a pure function of the online set) depends only on the partition ids,
+    their declarations and the core partition count, so chunks of the same shape (every compacted hour of a data
+    source) share one: built once, and a verdict found for one chunk answers the others. The cache is bounded
+    (cleared when full); what it returns never depends on what it holds.
+    """
+    plain = True
+    for p, m in members.items():
+        if m.overshadowed_segments or (m.atomic_update_group and set(m.atomic_update_group) != {p}):
+            plain = False
+            break
+    if plain:  # nothing to share but the known ids
+        return chunk_structure(members)
+    core = max(m.core_partitions for m in members.values())
+    shape = (core, tuple(sorted((p, m.overshadowed_segments, m.atomic_update_group) for p, m in members.items())))
+    found = _SHARED.get(shape)
+    if found is None:
+        found = chunk_structure(members)
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        _SHARED[shape] = found
+    return found
+
+
 _SINGLES = [frozenset((p,)) for p in range(1024)]  # shared: most groups are one low partition id
 
 
@@ -249,7 +279,7 @@ def resolve_structure(structure: ChunkStructure, online: Set[int]) -> ChunkResol
     return found
 
 
-_MEMO_MAX = 8
+_MEMO_MAX = 16  # a chunk of 9 partitions with one of them offline at a time: 10 online sets
 _resolution = constructor(ChunkResolution)  # no __init__: a frozen dataclass's stores its fields one by one
 
 

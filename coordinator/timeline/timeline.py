@@ -58,7 +58,7 @@ from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
-from coordinator.timeline.chunk import ChunkResolution, ChunkStructure, chunk_structure, resolve_structure
+from coordinator.timeline.chunk import ChunkResolution, ChunkStructure, resolve_structure, shared_structure
 from coordinator.timeline.coverage import make_piece, subtract_sorted
 from coordinator.timeline.index import IntervalIndex
 from coordinator.timeline.overwrite import as_list_form
@@ -170,7 +170,7 @@ class _Chunk:
         structure = self.structure
         if structure is None:
             members = self.members  # the list form only when a Druid-form overwrite may be among them
-            structure = self.structure = chunk_structure(as_list_form(members) if self.overwrite else members)
+            structure = self.structure = shared_structure(as_list_form(members) if self.overwrite else members)
         before = self.resolution.visible
         online = self.online
         if structure.plain:  # resolve_structure's plain case, inlined (most chunks)
