@@ -110,7 +110,8 @@ class _Chunk:
         self.online: set[int] = set()
         self.states: dict[int, SegmentState] = {}  # each member's state, by partition id (the only copy)
         self.resolution = _EMPTY
-        self.structure: ChunkStructure | None = None  # None: members changed since last resolve
+        # None: members changed since last resolve. A new chunk has no members: the plain structure of none.
+        self.structure: ChunkStructure | None = _plain_structure(0)
         self.complete = False
         self.candidate = False  # has a visible segment: may serve where no complete chunk does
         self.visible_ids: tuple[SegmentId, ...] | None = ()  # None: not built since the visible set changed
