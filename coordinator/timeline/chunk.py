@@ -218,6 +218,9 @@ def _lister_first(groups: list[int], dag: Mapping[int, Set[int]]) -> list[int]:
 
 _SHARED: dict[tuple[int, tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]], ChunkStructure] = {}
 _SHARED_MAX = 4096
+#: Chunks of more members get a structure of their own: the cache holds at most 4,096 x 64 members' worth, and a
+#: chunk grown one member at a time (hostile input: docs/security.md) leaves no trail of its past shapes in it.
+_SHARED_MEMBERS_MAX = 64
 
 
 def shared_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
@@ -226,14 +229,14 @@ def shared_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure
     A structure (and its memo of verdicts, a pure function of the online set) depends only on the partition ids,
     their declarations and the core partition count, so chunks of the same shape (every compacted hour of a data
     source) share one: built once, and a verdict found for one chunk answers the others. The cache is bounded
-    (cleared when full); what it returns never depends on what it holds.
+    (cleared when full, chunks of at most 64 members); what it returns never depends on what it holds.
     """
     plain = True
     for p, m in members.items():
         if m.overshadowed_segments or (m.atomic_update_group and set(m.atomic_update_group) != {p}):
             plain = False
             break
-    if plain:  # nothing to share but the known ids
+    if plain or len(members) > _SHARED_MEMBERS_MAX:  # nothing to share but the known ids; or too big to keep
         return chunk_structure(members)
     core = max(m.core_partitions for m in members.values())
     shape = (core, tuple(sorted((p, m.overshadowed_segments, m.atomic_update_group) for p, m in members.items())))
