@@ -137,7 +137,7 @@ def _strongly_connected(nodes: list[int], edges: Mapping[int, Set[int]]) -> dict
 
 @dataclass(frozen=True, slots=True)
 class ChunkStructure:
-    """What the rules derive from the members alone (not from who is online), cached per chunk.
+    """What the rules derive from the members alone (not from who is online), shared by same-shape chunks.
 
     ``order`` lists group representatives with every lister before what it
     lists; ``lists`` are the listings with cycle edges removed. A structure is
