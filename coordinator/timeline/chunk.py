@@ -149,7 +149,7 @@ def _strongly_connected(nodes: list[int], edges: Mapping[int, Set[int]]) -> dict
 
 @dataclass(frozen=True, slots=True)
 class ChunkStructure:
-    """What the rules derive from the members alone (not from who is online), cached per chunk.
+    """What the rules derive from the members alone (not from who is online), shared by same-shape chunks.
 
     ``order`` lists group representatives with every lister before what it
     lists; ``lists`` are the listings with cycle edges removed. A structure is
@@ -193,13 +193,30 @@ def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
     for g, raw in raw_lists.items():
         raw.difference_update(group_members[g])
     edges = {g: {group_of[x] for x in raw_lists[g] if x in group_of} for g in groups}
-    comp = _strongly_connected(groups, edges)
-    lists: dict[int, frozenset[int]] = {
-        g: frozenset(x for x in raw_lists[g] if x not in group_of or comp[group_of[x]] != comp[g]) for g in groups
-    }
-    dag = {g: {group_of[x] for x in lists[g] if x in group_of} for g in groups}
+    order = _lister_first(groups, edges)
+    if len(order) == len(groups):  # no cycle: no edge to drop (the common case; Tarjan only when needed)
+        lists: dict[int, frozenset[int]] = {g: frozenset(raw_lists[g]) for g in groups}
+    else:
+        comp = _strongly_connected(groups, edges)
+        lists = {
+            g: frozenset(x for x in raw_lists[g] if x not in group_of or comp[group_of[x]] != comp[g])
+            for g in groups
+        }
+        order = _lister_first(groups, {g: {group_of[x] for x in lists[g] if x in group_of} for g in groups})
+    via: dict[int, tuple[int, ...] | None] = {}
+    for g in groups:
+        listed = lists[g]
+        via[g] = tuple(sorted({group_of[x] for x in listed})) if listed and all(x in group_of for x in listed) \
+            else None
+    return ChunkStructure(
+        False, core, group_of, {g: _member_set(m) for g, m in group_members.items()}, lists, tuple(order),
+        frozenset(members), via=via,
+    )
 
-    # Topological order: every lister before what it lists (Kahn, smallest representative first).
+
+def _lister_first(groups: list[int], dag: Mapping[int, Set[int]]) -> list[int]:
+    """Every lister before what it lists (Kahn, smallest representative first); shorter than ``groups`` when the
+    graph has a cycle (its groups are left out)."""
     indegree = dict.fromkeys(groups, 0)
     for g in groups:
         for h in dag[g]:
@@ -213,15 +230,40 @@ def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
             indegree[h] -= 1
             if indegree[h] == 0:
                 heappush(ready, h)
-    via: dict[int, tuple[int, ...] | None] = {}
-    for g in groups:
-        listed = lists[g]
-        via[g] = tuple(sorted({group_of[x] for x in listed})) if listed and all(x in group_of for x in listed) \
-            else None
-    return ChunkStructure(
-        False, core, group_of, {g: _member_set(m) for g, m in group_members.items()}, lists, tuple(order),
-        frozenset(members), via=via,
-    )
+    return order
+
+
+_SHARED: dict[tuple[int, tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]], ChunkStructure] = {}
+_SHARED_MAX = 4096
+#: Chunks of more members get a structure of their own: the cache holds at most 4,096 x 64 members' worth, and a
+#: chunk grown one member at a time (hostile input: docs/security.md) leaves no trail of its past shapes in it.
+_SHARED_MEMBERS_MAX = 64
+
+
+def shared_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:
+    """:func:`chunk_structure`, one object for every chunk whose members declare the same things.
+
+    A structure (and its memo of verdicts, a pure function of the online set) depends only on the partition ids,
+    their declarations and the core partition count, so chunks of the same shape (every compacted hour of a data
+    source) share one: built once, and a verdict found for one chunk answers the others. The cache is bounded
+    (cleared when full, chunks of at most 64 members); what it returns never depends on what it holds.
+    """
+    plain = True
+    for p, m in members.items():
+        if m.overshadowed_segments or (m.atomic_update_group and set(m.atomic_update_group) != {p}):
+            plain = False
+            break
+    if plain or len(members) > _SHARED_MEMBERS_MAX:  # nothing to share but the known ids; or too big to keep
+        return chunk_structure(members)
+    core = max(m.core_partitions for m in members.values())
+    shape = (core, tuple(sorted((p, m.overshadowed_segments, m.atomic_update_group) for p, m in members.items())))
+    found = _SHARED.get(shape)
+    if found is None:
+        found = chunk_structure(members)
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        _SHARED[shape] = found
+    return found
 
 
 _SINGLES = [frozenset((p,)) for p in range(1024)]  # shared: most groups are one low partition id
@@ -257,7 +299,7 @@ def resolve_structure(structure: ChunkStructure, online: Set[int]) -> ChunkResol
     return found
 
 
-_MEMO_MAX = 8
+_MEMO_MAX = 16  # a chunk of 9 partitions with one of them offline at a time: 10 online sets
 _resolution = constructor(ChunkResolution)  # no __init__: a frozen dataclass's stores its fields one by one
 
 

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from events.compiled import trusted_constructor
 from events.interval import Interval
+
+#: Builds a piece without Interval's start <= end check: every piece here is cut from a valid target, start < end.
+make_piece = trusted_constructor(Interval)
 
 
 def subtract(target: Interval, holes: Iterable[Interval]) -> tuple[Interval, ...]:
@@ -59,11 +63,11 @@ def subtract_sorted(target: Interval, cuts: Sequence[tuple[int, int, object]]) -
     for cut in cuts:
         start, end = cut[0], cut[1]
         if start > cursor:
-            pieces.append(Interval(cursor, start if start < hi else hi))
+            pieces.append(make_piece(cursor, start if start < hi else hi))
         if end > cursor:
             cursor = end
             if cursor >= hi:
                 break
     if cursor < hi:
-        pieces.append(Interval(cursor, hi))
+        pieces.append(make_piece(cursor, hi))
     return tuple(pieces)

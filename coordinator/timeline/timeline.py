@@ -51,15 +51,15 @@ chunk and its overlapping versions, never the data source.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
-from coordinator.timeline.chunk import ChunkResolution, ChunkStructure, chunk_structure, resolve_structure
-from coordinator.timeline.coverage import subtract_sorted
+from coordinator.timeline.chunk import ChunkResolution, ChunkStructure, resolve_structure, shared_structure
+from coordinator.timeline.coverage import make_piece, subtract_sorted
 from coordinator.timeline.index import IntervalIndex
 from coordinator.timeline.overwrite import as_list_form
 from events.compiled import constructor
@@ -97,7 +97,7 @@ class _Chunk:
     """Mutable bookkeeping of one (interval, version); only the Timeline touches it."""
 
     __slots__ = ("candidate", "candidate_gaps", "complete", "covered", "entries", "fully_hidden", "hidden_gaps",
-                 "higher", "ids", "interval", "key", "members", "neighbors", "neighbors_epoch", "online", "overwrite",
+                 "higher", "ids", "interval", "key", "members", "neighbors", "online", "overwrite",
                  "rank", "removed", "resolution", "served", "states", "structure", "unordered", "version",
                  "visible_ids")
 
@@ -115,7 +115,8 @@ class _Chunk:
         self.online: set[int] = set()
         self.states: dict[int, SegmentState] = {}  # each member's state, by partition id (the only copy)
         self.resolution = _EMPTY
-        self.structure: ChunkStructure | None = None  # None: members changed since last resolve
+        # None: members changed since last resolve. A new chunk has no members: the plain structure of none.
+        self.structure: ChunkStructure | None = _plain_structure(0)
         self.complete = False
         self.candidate = False  # has a visible segment: may serve where no complete chunk does
         self.visible_ids: tuple[SegmentId, ...] | None = ()  # None: not built since the visible set changed
@@ -128,9 +129,10 @@ class _Chunk:
         # returns them; updated by one neighbor's change (Timeline._recover_after) or recomputed (_cover).
         self.hidden_gaps: tuple[Interval, ...] = ()
         self.candidate_gaps: tuple[Interval, ...] | None = None
-        self.neighbors: list[_Chunk] = []  # the other chunks overlapping this one, valid at neighbors_epoch
-        self.higher: list[_Chunk] = []  # those of them ranked higher; both in (start, end, version) order
-        self.neighbors_epoch = -1
+        # The other chunks overlapping this one, and those of them ranked higher, both in (start, end, version)
+        # order; kept current by the timeline as chunks come and go (Timeline._link / _unlink).
+        self.neighbors: list[_Chunk] = []
+        self.higher: list[_Chunk] = []
         self.removed = False
         # A member with a Druid-form overwrite spec may have joined (never reset: only costs a structure rebuild).
         self.overwrite = False  # dropped from the timeline (its last member left the used set)
@@ -146,9 +148,10 @@ class _Chunk:
             if (structure is not None and structure.plain and partition not in members and not self.overwrite
                     and not overwrite and _plain(partition, segment)):
                 # A plain segment joining a plain chunk (no declarations, no Druid-form overwrite whose list form
-                # could depend on it) keeps it plain: chunk_structure would only add it to the known ids.
-                self.structure = ChunkStructure(True, max(structure.core, segment.core_partitions), {}, {}, {}, (),
-                                                structure.known | {partition})
+                # could depend on it) keeps it plain: chunk_structure would only add it to the known ids, which a
+                # plain chunk's verdict does not read (resolve), so a shared structure per core count serves.
+                core = segment.core_partitions
+                self.structure = structure if core <= structure.core else _plain_structure(core)
             else:
                 self.structure = None
             members[partition] = segment
@@ -177,11 +180,14 @@ class _Chunk:
     def resolve(self) -> None:
         structure = self.structure
         if structure is None:
-            structure = self.structure = chunk_structure(as_list_form(self.members))
+            members = self.members  # the list form only when a Druid-form overwrite may be among them
+            structure = self.structure = shared_structure(as_list_form(members) if self.overwrite else members)
         before = self.resolution.visible
         online = self.online
         if structure.plain:  # resolve_structure's plain case, inlined (most chunks)
-            self.resolution = resolution = _resolution(structure.known.intersection(online), _NONE, _NONE, _NONE)
+            # The known ids ∩ online is the online set itself: only used members are ever online in a chunk
+            # (announce and publish add a partition only when its segment is used, drop_member removes it).
+            self.resolution = resolution = _resolution(frozenset(online), _NONE, _NONE, _NONE)
         else:
             self.resolution = resolution = resolve_structure(structure, online)
         visible = resolution.visible
@@ -203,6 +209,18 @@ class _Chunk:
 
 
 _CORES = [frozenset(range(n)) for n in range(257)]  # core partitions 0..n-1, shared
+_PLAIN: dict[int, ChunkStructure] = {}
+
+
+def _plain_structure(core: int) -> ChunkStructure:
+    """A plain structure with ``core`` core partitions, shared by the chunks that need one: its ``known`` ids are
+    left empty (the timeline's plain verdict reads the chunk's online set, always within its members)."""
+    found = _PLAIN.get(core)
+    if found is None:
+        found = ChunkStructure(True, core, {}, {}, {}, (), frozenset())
+        if len(_PLAIN) < 1024:
+            _PLAIN[core] = found
+    return found
 _NONE: frozenset[int] = frozenset()
 _resolution = constructor(ChunkResolution)
 
@@ -217,7 +235,33 @@ def _plain(partition: int, segment: SegmentDescriptor) -> bool:
         return False
     group = segment.atomic_update_group
     return not group or all(p == partition for p in group)
+
+
+def _restate(chunk: _Chunk, changes: list[StateChange]) -> None:
+    """Append the changes of ``chunk``'s members' states (by partition id) and record the new states."""
+    known = chunk.states
+    online = chunk.online
+    res = chunk.resolution
+    hidden, overshadowed, visible = chunk.fully_hidden, res.overshadowed, res.visible
+    served = bool(chunk.served)
+    for p, sid in (chunk.ordered_ids() if chunk.unordered else chunk.ids).items():
+        # Timeline._state_in, inlined (this loop runs for every member of every restated chunk)
+        if p not in online:
+            new: SegmentState = "offline"
+        elif hidden or p in overshadowed:
+            new = "overshadowed"
+        elif served and p in visible:
+            new = "visible"
+        else:
+            new = "standby"
+        old = known.get(p, "absent")
+        if new != old:
+            known[p] = new
+            changes.append(_state_change(sid, old, new))
+
+
 _FLAT_AFTER = 8
+_UNSEEN = make_piece(0, 0)  # "no pending entry" for _show (compared by identity)
 _ABSENT: list[Interval] = []  # sentinel of lookup's parts (never a chunk's list)
 
 
@@ -230,9 +274,9 @@ def _without(gaps: tuple[Interval, ...], flip: _Chunk) -> tuple[Interval, ...]:
             out.append(piece)
             continue
         if piece.start < fs:
-            out.append(Interval(piece.start, fs))
+            out.append(make_piece(piece.start, fs))
         if fe < piece.end:
-            out.append(Interval(fe, piece.end))
+            out.append(make_piece(fe, piece.end))
     return tuple(out)
 
 
@@ -240,13 +284,13 @@ def _with(gaps: tuple[Interval, ...], chunk: _Chunk, flip: _Chunk, blockers: lis
     """``gaps`` plus what of ``chunk`` ∩ ``flip`` the other ``blockers`` (overlapping ``flip``, by start) leave
     uncovered, merged into maximal pieces. The added part lies inside ``flip``, which the old gaps avoided."""
     lo, hi = max(chunk.key[0], flip.key[0]), min(chunk.key[1], flip.key[1])
-    added = subtract_sorted(Interval(lo, hi), blockers)
+    added = subtract_sorted(make_piece(lo, hi), blockers)
     if not added:
         return gaps
     out: list[Interval] = []
     for piece in sorted((*gaps, *added)):
         if out and out[-1].end == piece.start:
-            out[-1] = Interval(out[-1].start, piece.end)
+            out[-1] = make_piece(out[-1].start, piece.end)
         else:
             out.append(piece)
     return tuple(out)
@@ -293,7 +337,8 @@ class Timeline:
         # Filings (+1) and withdrawals (-1) of served pieces not yet applied to ``_served``: a piece handed from
         # one chunk to another and back (an announce undone) cancels here instead of costing four list updates.
         # Applied before every read of ``_served`` and whenever it grows past _PENDING_MAX.
-        self._pending: dict[tuple[int, int, ChunkKey, Interval], int] = {}
+        # Keyed by (start, end, chunk key) (an Interval hashes in Python); the piece to file, None to withdraw.
+        self._pending: dict[tuple[int, int, ChunkKey], Interval | None] = {}
         # A flat copy of ``_served`` (starts, entries) for lookups, made once _FLAT_AFTER lookups in a row found
         # ``_served`` unchanged (a list bisected in C instead of the sorted list's Python-level navigation); any
         # change drops it, so interleaved changes and lookups never pay for copies.
@@ -302,7 +347,6 @@ class Timeline:
         # Members' states live in their chunks (``_Chunk.states``, by partition id: no SegmentId hashing on the hot
         # path); segments that left the used set in the current mutation wait here with their last state.
         self._forgotten: list[tuple[SegmentId, SegmentState]] = []
-        self._epoch = 0  # bumped whenever a chunk is added or removed: the chunks' neighbor lists go stale
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -349,20 +393,34 @@ class Timeline:
         chunk = self._chunks.get(key)
         if chunk is None:
             chunk = self._chunks[key] = _Chunk(seg.interval, seg.version)
+            self._link(chunk)
             self._index.add(key, seg.interval, chunk)
-            self._epoch += 1
         return chunk
 
-    def _neighbors(self, chunk: _Chunk) -> list[_Chunk]:
-        """The other chunks overlapping ``chunk``, from its cache while no chunk came or went."""
-        if chunk.neighbors_epoch != self._epoch:
-            neighbors = [o for o in self._index.overlapping(chunk.interval) if o is not chunk]
-            neighbors.sort(key=_chunk_key)  # by start: what coverage.subtract_sorted reads
-            rank = chunk.rank
-            chunk.neighbors = neighbors
-            chunk.higher = [o for o in neighbors if o.rank > rank]
-            chunk.neighbors_epoch = self._epoch
-        return chunk.neighbors
+    def _link(self, chunk: _Chunk) -> None:
+        """Give a new chunk its neighbor lists and add it to those of the chunks it overlaps (one index query per
+        new chunk, instead of every chunk's lists going stale whenever one is added)."""
+        neighbors = self._index.overlapping(chunk.interval)
+        neighbors.sort(key=_chunk_key)  # by start: what coverage.subtract_sorted reads
+        rank = chunk.rank
+        chunk.neighbors = neighbors
+        chunk.higher = [o for o in neighbors if o.rank > rank]
+        for other in neighbors:
+            insort(other.neighbors, chunk, key=_chunk_key)
+            if rank > other.rank:
+                insort(other.higher, chunk, key=_chunk_key)
+
+    def _unlink(self, chunk: _Chunk) -> list[_Chunk]:
+        """Take a removed chunk out of its neighbors' lists; returns those neighbors."""
+        neighbors = chunk.neighbors
+        rank = chunk.rank
+        for other in neighbors:
+            other.neighbors.remove(chunk)
+            if rank > other.rank:
+                other.higher.remove(chunk)
+        chunk.neighbors = []
+        chunk.higher = []
+        return neighbors
 
     # -- mutations --------------------------------------------------------------------
     def publish(self, segments: Iterable[SegmentDescriptor]) -> list[StateChange]:
@@ -378,6 +436,8 @@ class Timeline:
             if sid in self._servers:  # announced before its publish was read: online at once
                 chunk.online.add(sid.partition_id)
             touched[chunk] = None
+        if len(touched) == 1:
+            return self._settle_one(next(iter(touched)))
         return self._settle(touched)
 
     def mark_unused(self, segment_ids: Iterable[SegmentId]) -> list[StateChange]:
@@ -409,9 +469,10 @@ class Timeline:
         self._segments.setdefault(sid, segment)
         if sid not in self._used:
             return []  # not used: held by the server, served by no one
-        chunk = self._chunks[_key(sid)]
+        interval = sid.interval
+        chunk = self._chunks[(interval.start, interval.end, sid.version)]
         chunk.online.add(sid.partition_id)
-        return self._settle((chunk,))
+        return self._settle_one(chunk)
 
     def unannounce(self, segment_id: SegmentId, server: str) -> list[StateChange]:
         """A server stopped serving the segment (unknown pairs change nothing)."""
@@ -425,9 +486,34 @@ class Timeline:
         if segment_id not in self._used:
             self._segments.pop(segment_id, None)  # neither used nor online: forgotten
             return []
-        chunk = self._chunks[_key(segment_id)]
+        interval = segment_id.interval
+        chunk = self._chunks[(interval.start, interval.end, segment_id.version)]
         chunk.online.discard(segment_id.partition_id)
-        return self._settle((chunk,))
+        return self._settle_one(chunk)
+
+    def _settle_one(self, chunk: _Chunk) -> list[StateChange]:
+        """:meth:`_settle` of one touched chunk that keeps members (an announce, an unannounce, most publishes):
+        the same steps in the same order, without the bookkeeping of several chunks."""
+        if not chunk.members or self._forgotten:
+            return self._settle((chunk,))
+        was_complete, was_candidate = chunk.complete, chunk.candidate
+        chunk.resolve()
+        changes: list[StateChange] = []
+        if chunk.complete == was_complete and chunk.candidate == was_candidate:
+            if not chunk.covered:
+                self._cover(chunk)  # a new chunk may lie under higher ones
+            _restate(chunk, changes)
+            return changes
+        restate = [chunk]
+        for other in chunk.neighbors:  # its neighbors' coverage moves only inside its interval (_recover_after)
+            if self._recover_after(other, chunk, was_complete, was_candidate):
+                restate.append(other)
+        self._cover(chunk)
+        if len(restate) > 1:
+            restate.sort(key=_chunk_key)
+        for each in restate:
+            _restate(each, changes)
+        return changes
 
     def _settle(self, touched: Collection[_Chunk]) -> list[StateChange]:
         """Re-resolve touched chunks, re-cover where completeness changed, diff the states.
@@ -445,12 +531,11 @@ class Timeline:
             chunk.resolve()
             if not chunk.members:
                 key = chunk.key
-                neighbors = self._neighbors(chunk)
+                neighbors = self._unlink(chunk)
                 self._uncover(chunk)
                 self._index.remove(key)
                 del self._chunks[key]
                 chunk.removed = True
-                self._epoch += 1
                 dirty.append(neighbors)
                 removed = True
                 continue
@@ -463,12 +548,12 @@ class Timeline:
         if len(flipped) == 1 and not removed:
             # One chunk changed hands: its neighbors' coverage moves only inside its interval (_recover_after).
             flip, was_complete, was_candidate = flipped[0]
-            for other in self._neighbors(flip):
+            for other in flip.neighbors:
                 if other not in recover and self._recover_after(other, flip, was_complete, was_candidate):
                     restate[other] = None
         else:
             for flip, _c, _v in flipped:
-                dirty.append(self._neighbors(flip))
+                dirty.append(flip.neighbors)
         for chunks in dirty:
             for other in chunks:
                 if not other.removed:  # not removed later in this settle
@@ -480,25 +565,7 @@ class Timeline:
         # Chunks by key and members by partition id: the changes come out in segment id order (one data source:
         # an id's order is its chunk key's, then its partition id's), no sort needed but for forgotten ids.
         for chunk in sorted(restate, key=_chunk_key) if len(restate) > 1 else restate:
-            known = chunk.states
-            online = chunk.online
-            res = chunk.resolution
-            hidden, overshadowed, visible = chunk.fully_hidden, res.overshadowed, res.visible
-            served = bool(chunk.served)
-            for p, sid in (chunk.ordered_ids() if chunk.unordered else chunk.ids).items():
-                # _state_in, inlined (this loop runs for every member of every restated chunk)
-                if p not in online:
-                    new: SegmentState = "offline"
-                elif hidden or p in overshadowed:
-                    new = "overshadowed"
-                elif served and p in visible:
-                    new = "visible"
-                else:
-                    new = "standby"
-                old = known.get(p, "absent")
-                if new != old:
-                    known[p] = new
-                    changes.append(_state_change(sid, old, new))
+            _restate(chunk, changes)
         if self._forgotten:  # left the used set: no longer in any chunk
             changes += [StateChange(sid, old, "absent") for sid, old in self._forgotten]
             self._forgotten.clear()
@@ -512,7 +579,7 @@ class Timeline:
         Returns whether either changed (only then can its members' states change).
         """
         chunk.covered = True
-        others = self._neighbors(chunk)
+        others = chunk.neighbors
         interval = chunk.interval
         chunk.hidden_gaps = gaps = subtract_sorted(interval, [o.key for o in chunk.higher if o.complete])
         chunk.candidate_gaps = None
@@ -531,7 +598,7 @@ class Timeline:
         (nothing else changed since ``chunk`` was last covered): the gaps change only inside ``flip``'s interval, so
         they are updated from ``flip``'s neighbors instead of ``chunk``'s (a daily chunk under 24 hourly ones
         re-covers from the hour's few). The result is :meth:`_cover`'s, piece for piece (maximal pieces)."""
-        if not chunk.covered or len(flip.neighbors) >= len(self._neighbors(chunk)):
+        if not chunk.covered or len(flip.neighbors) >= len(chunk.neighbors):
             return self._cover(chunk)
         rank = chunk.rank
         higher = flip.rank > rank
@@ -545,7 +612,7 @@ class Timeline:
         elif chunk.candidate and gaps:
             served_before = chunk.candidate_gaps
             if served_before is None:
-                blockers = [o.key for o in self._neighbors(chunk) if o.complete or (o.candidate and o.rank > rank)]
+                blockers = [o.key for o in chunk.neighbors if o.complete or (o.candidate and o.rank > rank)]
                 served = subtract_sorted(chunk.interval, blockers)
             elif (was_complete or (was_candidate and higher)) != (flip.complete or (flip.candidate and higher)):
                 if flip.complete or (flip.candidate and higher):
@@ -572,14 +639,14 @@ class Timeline:
             pending = self._pending
             for piece in before:
                 if piece not in served:
-                    entry = (piece.start, piece.end, key, piece)
-                    if pending.pop(entry, 0) != 1:
-                        pending[entry] = -1
+                    where = (piece.start, piece.end, key)
+                    if pending.pop(where, None) is None:  # cancels a pending filing, or withdraws
+                        pending[where] = None
             for piece in served:
                 if piece not in before:
-                    entry = (piece.start, piece.end, key, piece)
-                    if pending.pop(entry, 0) != -1:
-                        pending[entry] = 1
+                    where = (piece.start, piece.end, key)
+                    if pending.pop(where, _UNSEEN) is not None:  # cancels a pending withdrawal, or files
+                        pending[where] = piece
             if len(pending) > _PENDING_MAX:
                 self._file_pending()
             chunk.served = served
@@ -595,11 +662,11 @@ class Timeline:
         self._flat = None
         self._quiet_lookups = 0
         pieces = self._served
-        for entry, sign in pending.items():
-            if sign > 0:
-                pieces.add(entry)
-            else:
-                pieces.remove(entry)
+        for (start, end, key), piece in pending.items():
+            if piece is not None:
+                pieces.add((start, end, key, piece))
+            else:  # the listed entry's piece is equal to this one
+                pieces.remove((start, end, key, make_piece(start, end)))
         self._pending.clear()
 
     def _uncover(self, chunk: _Chunk) -> None:
@@ -700,9 +767,9 @@ class Timeline:
             ivs = parts.get(chunk)
             if ivs is None:
                 ivs = parts[chunk] = []
-            sub = piece if qs <= start and end <= qe else Interval(max(start, qs), min(end, qe))
+            sub = piece if qs <= start and end <= qe else make_piece(max(start, qs), min(end, qe))
             if ivs and ivs[-1].end == sub.start:
-                ivs[-1] = Interval(ivs[-1].start, sub.end)
+                ivs[-1] = make_piece(ivs[-1].start, sub.end)
             else:
                 ivs.append(sub)
         out: list[LookupEntry] = []
