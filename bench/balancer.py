@@ -257,9 +257,11 @@ def spark_batches(spec: ClusterSpec, bootstrap: str, steps: int, work: Path, spa
                 progress = {p["batchId"]: p for p in query.recentProgress}.get(s["batch"])
                 time.sleep(0.05)
             trigger = progress["durationMs"]["triggerExecution"] / 1000 if progress else float("nan")
+            restore, store = s.get("restoreSeconds", float("nan")), s.get("storeSeconds", float("nan"))
             rows.append({"batch": s["batch"], "trigger_s": trigger, "python_s": s["seconds"], "moves": s["moves"],
-                         "records": s["records"], "cache_hit": float(s["cacheHit"])})
-            print(f"  batch {s['batch']}: {trigger:.2f} s (stateful processor {s['seconds']:.3f} s), "
+                         "records": s["records"], "cache_hit": float(s["cacheHit"]), "restore_s": restore})
+            print(f"  batch {s['batch']}: {trigger:.2f} s (stateful processor: batch {s['seconds']:.3f} s, "
+                  f"restore {restore:.3f} s, store writes {store:.3f} s), "
                   f"{s['records']} records, {s['moves']} moves, live placement {'hit' if s['cacheHit'] else 'miss'}"
                   f"; {_phases(progress)}", flush=True)
             for env in _relocations(executor, rng, lock, len(rows)):
@@ -299,8 +301,10 @@ def spark_size(n_segments: int, bootstrap: str, steps: int, work: Path, spark: A
            "python_s": statistics.median(r["python_s"] for r in rest),
            "records": statistics.median(r["records"] for r in rest),
            "moves": statistics.median(r["moves"] for r in rest), "pure_s": pure_s}
+    hits = sum(1 for r in rest if r["cache_hit"])
     print(f"  first batch ({int(first['records'])} records into state): {first['trigger_s']:.2f} s; steady batches "
-          f"(median of {len(rest)}, {out['records']:.0f} records): {out['trigger_s']:.2f} s per micro-batch, "
+          f"(median of {len(rest)}, {out['records']:.0f} records, {hits} on the live placement): "
+          f"{out['trigger_s']:.2f} s per micro-batch, "
           f"{out['python_s'] * 1e3:.0f} ms in the stateful processor, {out['moves']:.0f} moves, "
           f"{out['moves'] / out['trigger_s']:.1f} moves/s; baseline / micro-batch = "
           f"{pure_s / out['trigger_s']:.2f}", flush=True)

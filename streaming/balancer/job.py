@@ -51,6 +51,7 @@ from streaming.producer import EventProducer
 
 CRASH_ENV = "SEGCOORD_BALANCER_CRASH_AFTER_BATCH"
 DEFAULT_TIERS = ("_default_tier",)
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 def start(spark: Any, bootstrap: str, topics: Topics, checkpoint: Path, *, tiers: Sequence[str] = DEFAULT_TIERS,
@@ -86,7 +87,17 @@ def start(spark: Any, bootstrap: str, topics: Topics, checkpoint: Path, *, tiers
     writer = out.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
     writer = writer.trigger(availableNow=True) if available_now else \
         writer.trigger(processingTime=f"{max(trigger_seconds, 0.1)} seconds")
-    return writer.queryName(f"balancer-{topics.prefix}").start()
+    # One shuffle partition: there is one group, so a batch is one stateful task on one Python worker. With
+    # more, each batch also runs a task per empty partition, each on a Python worker from Spark's pool; which
+    # worker gets the group's task then varies from batch to batch, and a worker without the live placement
+    # restores it from the maps (time proportional to the cluster, streaming.balancer.state). The query
+    # copies the session's settings when it starts, and a checkpoint keeps the number it was started with.
+    previous = spark.conf.get(SHUFFLE_PARTITIONS)
+    spark.conf.set(SHUFFLE_PARTITIONS, "1")
+    try:
+        return writer.queryName(f"balancer-{topics.prefix}").start()
+    finally:
+        spark.conf.set(SHUFFLE_PARTITIONS, previous)
 
 
 class CommandSink:

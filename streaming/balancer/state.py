@@ -19,6 +19,10 @@ version (same worker, previous batch committed); otherwise (a new worker, a rest
 from the checkpoint, a retried batch) it restores from the maps. The live object is
 taken out of the cache while a batch runs and put back only when the batch succeeded,
 so a failed attempt never leaves a half-updated placement behind a valid tag.
+The query has one shuffle partition (:func:`streaming.balancer.job.start`), so each batch is
+one task on one Python worker and Spark's pool hands the same worker back batch after
+batch; Spark stops its idle Python workers after a minute without any Python task, so
+the first batch after a minute without input restores (each summary's ``restoreSeconds``).
 
 **The batch id** comes from the task's local property ``streaming.sql.batchId``
 (Spark sets it for every micro-batch, including a re-execution after a restart); it
@@ -35,6 +39,7 @@ moves it makes, and the state store commits a changelog of those writes
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -119,9 +124,12 @@ class BalancerProcessor(StatefulProcessor):
         records = sorted(zip(table["topic"], table["partition"], table["offset"], table["value"], strict=True),
                          key=lambda r: (topic_rank(r[0]), r[0], int(r[1]), int(r[2])))
         envelopes = decode_rows(value for _t, _p, _o, value in records)
+        started = time.perf_counter()
         placement, hit = self._load()
+        loaded = time.perf_counter()
         result = run_batch(placement, envelopes, batch_id, self.tiers, self._answered, cache_hit=hit,
                            compute_cost=self.compute_cost, publish_key=self.publish_key)
+        stored = time.perf_counter()
         for family, k, value in placement.changed():
             if family == META:
                 self.meta.update((value,))
@@ -132,6 +140,9 @@ class BalancerProcessor(StatefulProcessor):
             else:
                 self.placement.updateValue(k, (value,))
         _LIVE[self.scope] = placement
+        for summary in result.summaries.values():  # where the processor's time went, beside run_batch's own
+            summary["restoreSeconds"] = loaded - started  # ~0 with the live placement, O(cluster) without it
+            summary["storeSeconds"] = time.perf_counter() - stored
         out: list[tuple[str, int, str, str, str]] = []
         for tier in self.tiers:
             seq = 0
