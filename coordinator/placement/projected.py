@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from sortedcontainers import SortedKeyList
 
@@ -78,9 +78,10 @@ class Copies:
         return self.loaded + self.pending
 
 
-@dataclass(frozen=True, slots=True)
-class _Derived:
-    """One pair's projection (see the module docstring); equal values contribute equally."""
+class _Derived(NamedTuple):
+    """One pair's projection (see the module docstring); equal values contribute equally. A tuple: one is made
+    and compared on every refresh of a pair (a frozen dataclass's ``__init__`` set each field through
+    ``object.__setattr__``, and its ``==`` built two tuples in Python)."""
 
     tier: str
     size: int
@@ -486,11 +487,12 @@ class Projected:
         place = (name, sid)
         tier = self.tier_of.get(name)
         seg = self.segments.get(sid)
-        if tier is None or seg is None or place in self.by_place or place in self._pairs:
+        if tier is None or seg is None or place in self.by_place:
             return False
         held, sourced = self.held.get(name), self._sourced.get(name)
         if (held is not None and sid in held) or (sourced is not None and sid in sourced):
             return False
+        # not held, nothing in flight, not a move source: the pair derived nothing, so it has no entry in _pairs
         # the facts (as the general path's bookkeeping)
         self.queue[cid] = item
         self.by_place[place] = {cid}
