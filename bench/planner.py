@@ -24,12 +24,18 @@ The run's figure includes building the run (every used segment's rule target). A
 before the run (``--no-freeze``: not). Beside wall time the bench prints the process's CPU time: on a shared
 machine the CPU seconds move far less with other jobs than the wall seconds do.
 
+The run's decisions are printed as a digest (SHA-256 of the commands, marks, deferred segments and metrics):
+two builds of the planner decide alike on this scenario exactly when their digests are equal.
+``--full-only`` stops after the full run (no balancing run, no baseline): what a comparison of the full run
+between two builds needs, at a fraction of the time.
+
 Run: ``.venv/bin/python -m bench.planner`` (``--quick``: 60 servers, 100k segments; ``--one-run``;
-``--baseline-candidates N``, 0: none; ``--no-freeze``).
+``--baseline-candidates N``, 0: none; ``--no-freeze``; ``--full-only``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 import sys
 import time
@@ -97,6 +103,13 @@ def main() -> None:
     print(f"  {what} {planning:6.2f} s ({planning_cpu:.2f} s CPU): {decisions:,} decisions ({loads:,} loads, "
           f"{moves:,} moves), {decisions / planning:,.0f} decisions/s   "
           f"target < 10 s: {'met' if planning < 10 else 'missed'}")
+    digest = hashlib.sha256()
+    for part in (result.commands, result.mark_unused, sorted(map(str, result.deferred)),
+                 sorted(result.metrics.items(), key=str)):
+        digest.update(repr(part).encode())
+    print(f"  decisions digest {digest.hexdigest()[:16]}")
+    if "--full-only" in sys.argv:
+        return
     if split:  # the balancing stages as the agent takes them: one run in slices, events planned between them
         balancing = BalancingRun(state, now=view.now, run=view.run + 1, start=view.coordinator_start)
         slices: list[float] = []

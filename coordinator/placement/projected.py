@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from sortedcontainers import SortedKeyList
 
@@ -78,9 +78,10 @@ class Copies:
         return self.loaded + self.pending
 
 
-@dataclass(frozen=True, slots=True)
-class _Derived:
-    """One pair's projection (see the module docstring); equal values contribute equally."""
+class _Derived(NamedTuple):
+    """One pair's projection (see the module docstring); equal values contribute equally. A tuple: one is made
+    and compared on every refresh of a pair (a frozen dataclass's ``__init__`` set each field through
+    ``object.__setattr__``, and its ``==`` built two tuples in Python)."""
 
     tier: str
     size: int
@@ -309,9 +310,11 @@ class Projected:
     def fresh_command_id(self, *content: str) -> str:
         """The id of the next command of this content: ``n`` is the first count no known command holds."""
         n = 0
-        while self.known_command(command_id(*content, str(n))):
+        cid = command_id(*content, "0")
+        while self.known_command(cid):
             n += 1
-        return command_id(*content, str(n))
+            cid = command_id(*content, str(n))
+        return cid
 
     # -- facts: servers --------------------------------------------------------------------------
     def set_server(self, name: str, facts: ServerFacts) -> None:
@@ -457,6 +460,9 @@ class Projected:
     # -- facts: the queue -------------------------------------------------------------------------
     def enqueue(self, cid: str, item: InFlight) -> None:
         """Put ``item`` in flight under ``cid`` (replacing an item of the same id)."""
+        if item.move_id is None and item.action == "load" and self._deferred is None and not self._refreshing \
+                and cid not in self.queue and self._enqueue_lone_load(cid, item):
+            return
         old = self._unindex(cid)
         self.queue[cid] = item
         self.by_place.setdefault((item.server, item.segment), set()).add(cid)
@@ -469,6 +475,63 @@ class Projected:
         if old is not None and (old.server, old.segment) != (item.server, item.segment):
             self._refresh(old.server, old.segment)
         self._refresh(item.server, item.segment)
+
+    def _enqueue_lone_load(self, cid: str, item: InFlight) -> bool:
+        """:meth:`enqueue`'s fast path (every load of a full run takes it): a plain load (no move) of a known
+        segment to a joined server that neither holds it, nor has anything in flight for it, nor is a move's source
+        of it. The pair had no projection, and gets the one :meth:`_derive` gives (a queued plain load), whose
+        contribution is written out here (what :meth:`_contribute` adds for it). False, with nothing changed, when
+        the pair is not such a one (the general path then runs). It leaves the same indexes, in the same insertion
+        order, as the general path (``tests/unit/placement/test_lone_load.py``)."""
+        name, sid = item.server, item.segment
+        place = (name, sid)
+        tier = self.tier_of.get(name)
+        seg = self.segments.get(sid)
+        if tier is None or seg is None or place in self.by_place:
+            return False
+        held, sourced = self.held.get(name), self._sourced.get(name)
+        if (held is not None and sid in held) or (sourced is not None and sid in sourced):
+            return False
+        # not held, nothing in flight, not a move source: the pair derived nothing, so it has no entry in _pairs
+        # the facts (as the general path's bookkeeping)
+        self.queue[cid] = item
+        self.by_place[place] = {cid}
+        mine = self._by_server.get(name)
+        if mine is None:
+            self._by_server[name] = {cid}
+        else:
+            mine.add(cid)
+        in_flight = self.in_flight
+        in_flight[sid] = in_flight.get(sid, 0) + 1
+        self.dirty.add(("q", cid))
+        # the pair's projection and its contribution (as _refresh_pair and _contribute: loading, not loaded)
+        self.touched_segments.add(sid)
+        self.mark_pending.add(sid)
+        purpose = _queue_purpose(item.purpose)
+        queued = QueueItem("load", sid, purpose, None, item.source)
+        size = seg.size
+        self._pairs[place] = _Derived(tier, size, False, queued, cid, False, name in self.decommissioning)
+        self.loading[name][sid] = queued
+        self.queued[name][purpose] += 1
+        self.used_bytes[name] += size
+        self.loading_bytes[name] += size
+        pending = self.pending.get(sid)
+        if pending is None:
+            self.pending[sid] = {name}
+        else:
+            pending.add(name)
+        counts = self.pending_in.get(sid)
+        if counts is None:
+            counts = self.pending_in[sid] = Counter()
+        counts[tier] += 1
+        loaded = self.loaded_in.get(sid)
+        # a replica load (the tier holds a copy) is one more for the throttle (the key is made either way, as there)
+        self.replica_loads[tier] += 1 if loaded and loaded[tier] > 0 else 0
+        if name in self.caches:  # the pair entered the projection (see _refresh_pair)
+            self._cache_delta.setdefault(name, {})[sid] = True
+        if tier in self.tier_indexes:
+            self._index_delta.setdefault(tier, {})[place] = True
+        return True
 
     def settle(self, cid: str, segment: str) -> InFlight | None:
         """The command is answered (or withdrawn, or timed out): out of flight, its id known while its segment

@@ -252,7 +252,8 @@ class _Run:
         if depth <= 0:
             return levels
         for name in p.tiers.get(tier, ()):
-            parts = [p.loaded[name] - p.dropping[name]]
+            dropping = p.dropping[name]  # the parts are only read: a server dropping nothing lends its own set
+            parts = [p.loaded[name] - dropping if dropping else p.loaded[name]]
             loads = p.loading[name]
             if pending and loads:
                 plain = set(loads)  # the dict's keys with their stored hashes (no Python-level hashing)
@@ -288,20 +289,32 @@ class _Run:
     # -- choosing servers --------------------------------------------------------------
     def pick(self, sid: SegmentId, tier: str, purpose: Purpose, share: float | None, relative: bool) -> str | None:
         """A server of the tier for one more copy: round robin (Druid's default) or the cheapest of the top B."""
-        all_names = self.p.tiers.get(tier, [])
+        p = self.p
+        all_names = p.tiers.get(tier, [])
         if self.limits.use_round_robin:  # the next server that can take it, from the copies or the tier's cursor
             after = self.after_copies(sid, tier, all_names)
             start = after if after is not None else self.cursor.get(tier)
             if start is None:
                 start = self.rotation(tier, all_names)
-            for k in range(len(all_names)):
-                i = (start + k) % len(all_names)
+            # can_take and room, written out (a full run asks them for every load it makes)
+            cap, size, holders = self.queue_cap(), p.size(sid), p.holders.get(sid, ())
+            limit = None if share is None else cap * share
+            draining, loading, used_bytes, servers, queued = p.decommissioning, p.loading, p.used_bytes, p.servers, \
+                p.queued
+            count = len(all_names)
+            for k in range(count):
+                i = (start + k) % count
                 n = all_names[i]
-                if self.can_take(n, sid) and self.room(n, purpose, share, relative):
-                    if after is None:  # the segment's first copy in the tier: its replicas take the next servers
-                        want = self.target_of(sid).replicants.get(tier, 1)
-                        self.cursor[tier] = (i + max(1, want)) % len(all_names)
-                    return n
+                if n in draining or n in holders or sid in loading[n] \
+                        or servers[n].max_size_bytes - used_bytes[n] < size:
+                    continue  # not can_take
+                total = len(loading[n])
+                if total >= cap or (limit is not None and not (queued[n][purpose] if relative else total) < limit):
+                    continue  # not room (``not <``, as room asks: a limit of inf * 0 is NaN, which nothing is below)
+                if after is None:  # the segment's first copy in the tier: its replicas take the next servers
+                    want = self.target_of(sid).replicants.get(tier, 1)
+                    self.cursor[tier] = (i + max(1, want)) % len(all_names)
+                return n
             return None
         names = [n for n in all_names if self.can_take(n, sid)]
         if not names:
@@ -409,12 +422,14 @@ class _Run:
         todo = self._unserved
         if todo is None:
             todo = self._unserved = self.members("load").difference(p.holders).difference(p.pending)
+        holders, pending = p.holders, p.pending
         for sid in sorted(todo, key=_newest_first):
-            if p.anywhere(sid):
+            if holders.get(sid) or pending.get(sid):  # served (p.anywhere)
                 todo.discard(sid)
                 continue
             for tier in self.targets[sid].primary_first:
                 if self.load(sid, tier, stage, "unavailable: first copy", None, throttle=False):
+                    todo.discard(sid)  # served now, so until stage 12: a revisit would skip it
                     break
 
     def broadcast(self, stage: int, share: float | None, relative: bool) -> None:
@@ -441,12 +456,14 @@ class _Run:
         if todo is None:
             todo = self._short = self.short_segments()
         p = self.p
+        holders, pending, loaded_in, pending_in = p.holders, p.pending, p.loaded_in, p.pending_in
         for sid in sorted(todo, key=_newest_first):
-            if not p.anywhere(sid):
+            if not holders.get(sid) and not pending.get(sid):  # served nowhere (not p.anywhere)
                 continue
             short = False
             for tier, want in self.targets[sid].by_tier:
-                need = want - p.copies(sid, tier).total
+                loaded, queued = loaded_in.get(sid), pending_in.get(sid)  # p.copies(sid, tier).total, unboxed
+                need = want - (loaded[tier] if loaded else 0) - (queued[tier] if queued else 0)
                 while need > 0 and self.load(sid, tier, stage, f"under-replicated in {tier}", share, relative):
                     need -= 1
                 short = short or need > 0
