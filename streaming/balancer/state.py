@@ -53,7 +53,7 @@ from events.envelope import Envelope, decode
 from events.registry import Event
 from events.schema import EventValidationError
 from streaming.balancer.batch import run_batch
-from streaming.balancer.placement import ANSWERED, META, PLACEMENT, BalancerPlacement, meta_version
+from streaming.balancer.placement import ANSWERED, META, PLACEMENT, BalancerPlacement, StoreWrite, meta_version
 
 OUTPUT_SCHEMA = "tier string, seq long, kind string, key string, value string"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -86,6 +86,21 @@ def topic_rank(topic: str) -> int:
     """Within a batch, commands first: a command read back is queued before an answer in the same batch."""
     return 0 if topic.endswith("commands") else 1
 
+
+def store_writes(writes: Iterable[StoreWrite], meta: Any, placement: Any, answered: Any) -> None:
+    """Apply :meth:`BalancerPlacement.changed` to the query's state: ``meta`` (a value state), ``placement`` and
+    ``answered`` (map states). A write whose value is None deletes its key, in ``answered`` too: the placement
+    fold forgets a gone segment's settled ids once its tombstone leaves the settled window
+    (``coordinator/placement/settled.py``), so the map holds what the fold holds and stays bounded."""
+    for family, k, value in writes:
+        if family == META:
+            meta.update((value,))
+        elif value is None:
+            (answered if family == ANSWERED else placement).removeKey(k)
+        elif family == ANSWERED:
+            answered.updateValue(k, ("",))
+        else:
+            placement.updateValue(k, (value,))
 
 class BalancerProcessor(StatefulProcessor):
     def __init__(self, scope: str, tiers: Sequence[str], load_timeout_ms: int = DEFAULT_LOAD_TIMEOUT_MS,
@@ -130,15 +145,7 @@ class BalancerProcessor(StatefulProcessor):
         result = run_batch(placement, envelopes, batch_id, self.tiers, self._answered, cache_hit=hit,
                            compute_cost=self.compute_cost, publish_key=self.publish_key)
         stored = time.perf_counter()
-        for family, k, value in placement.changed():
-            if family == META:
-                self.meta.update((value,))
-            elif family == ANSWERED:
-                self.answered.updateValue(k, ("",))
-            elif value is None:
-                self.placement.removeKey(k)
-            else:
-                self.placement.updateValue(k, (value,))
+        store_writes(placement.changed(), self.meta, self.placement, self.answered)
         _LIVE[self.scope] = placement
         for summary in result.summaries.values():  # where the processor's time went, beside run_batch's own
             summary["restoreSeconds"] = loaded - started  # ~0 with the live placement, O(cluster) without it
