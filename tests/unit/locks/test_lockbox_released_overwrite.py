@@ -14,8 +14,17 @@ Both histories are minimized from the failing seed of
 
 from __future__ import annotations
 
-from coordinator.locks.lockbox import EPOCH_VERSION
-from events import Interval, LockReleased, LockReleaseRequested
+from coordinator.locks.lockbox import EPOCH_VERSION, Lockbox
+from coordinator.locks.snapshot import decode_snapshot, encode_snapshot
+from events import (
+    Envelope,
+    Instant,
+    Interval,
+    LockReleased,
+    LockReleaseRequested,
+    SegmentAllocated,
+    SegmentAllocationRequested,
+)
 from tests.unit.locks.script import Script
 from tests.unit.locks.test_lockbox_correctness import accepted, allocated, rows, seen
 
@@ -76,3 +85,18 @@ def test_a_released_replace_allocation_is_still_answered_again() -> None:
     again = allocated(s.allocate("r", interval=HALF_DAY, sequence="r-replace", granularity="timeChunk",
                                  lock_type="replace"))
     assert (again.segment.version, again.segment.partition_id) == (replace_version, 0)
+
+
+def test_a_restored_or_replayed_lockbox_remembers_the_released_replace_lock() -> None:
+    """Crash + restart == full replay: the snapshot and the decision log both keep the released lock's id."""
+    s, _ = _group_with_a_released_replace_allocation()
+    _release(s, "r")
+    assert s.box.sources["wiki"].released_overwrites
+    for other in (decode_snapshot(encode_snapshot(s.box)), Lockbox.replay(s.log)):
+        assert other.persistent() == s.box.persistent()
+        env = Envelope(SegmentAllocationRequested(
+            request_id="after", task_id="r", data_source="wiki", timestamp=Instant(HALF_DAY.start),
+            sequence_name="r-append", interval=HALF_DAY, lock_granularity="timeChunk", lock_type="append"),
+            "after", Instant(s.now), "wiki")
+        answer = [e for e in other.handle(env) if isinstance(e, SegmentAllocated)]
+        assert answer and answer[0].segment.version == EPOCH_VERSION
