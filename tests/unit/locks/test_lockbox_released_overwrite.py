@@ -100,3 +100,27 @@ def test_a_restored_or_replayed_lockbox_remembers_the_released_replace_lock() ->
             "after", Instant(s.now), "wiki")
         answer = [e for e in other.handle(env) if isinstance(e, SegmentAllocated)]
         assert answer and answer[0].segment.version == EPOCH_VERSION
+
+
+def test_a_segment_lock_allocation_takes_the_published_chunks_version() -> None:
+    """History 3 (the same seed, after the first fix): a segment-lock allocation of the appending group took
+    the released REPLACE allocation's version (the newest *reserved* version of the chunk), its pending
+    partition made that the chunk's version, and the group's next append hid its committed rows."""
+    s = Script()
+    s.start("r", "compact", group="g0")
+    s.start("k", "index_kafka", group="g1"), s.start("b", "index_kafka", group="g1")
+    replaced = allocated(s.allocate("r", interval=HALF_DAY, sequence="r-replace", granularity="timeChunk",
+                                    lock_type="replace"))
+    committed = allocated(s.allocate("k", interval=HALF_DAY, sequence="k-append", granularity="timeChunk",
+                                     lock_type="append"))
+    accepted(s.publish("k", rows(committed.segment, 1), kind="append"))
+    _release(s, "r")
+    batch = allocated(s.allocate("b", interval=HALF_DAY, sequence="b-segment", granularity="segment",
+                                 lock_type="exclusive"))
+    assert batch.segment.version == committed.segment.version != replaced.segment.version
+    later = allocated(s.allocate("k", interval=HALF_DAY, sequence="k-append", previous=committed.segment_id,
+                                 granularity="timeChunk", lock_type="append"))
+    assert later.segment.version == committed.segment.version
+    accepted(s.publish("k", rows(later.segment, 2), kind="append"))
+    accepted(s.publish("b", rows(batch.segment, 3), kind="insert"))
+    assert seen(s) == {1: 1, 2: 1, 3: 1}
