@@ -48,7 +48,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from coordinator.locks.conflicts import Blocked, Emit
-from coordinator.locks.state import SourceState, TaskInfo, allocation_key
+from coordinator.locks.state import SourceState, TaskInfo, allocation_key, overwrites
 from events.instant import (
     MILLIS_PER_DAY,
     MILLIS_PER_HOUR,
@@ -134,13 +134,6 @@ def candidate_intervals(box: Lockbox, src: SourceState, req: SegmentAllocationRe
     return fit
 
 
-def overwrites(lock: TaskLock) -> bool:
-    """Whether allocations under ``lock`` overwrite (write its version): REPLACE locks, and exclusive
-    timeChunk locks the task requested itself (Druid's batch overwrite); the others append."""
-    return lock.lock_type == "replace" or (lock.lock_type == "exclusive" and lock.granularity == "timeChunk"
-                                           and not lock.for_allocation)
-
-
 def _overwrite_lock(box: Lockbox, src: SourceState, req: SegmentAllocationRequested) -> TaskLock | None:
     """The live lock an allocation in the requested interval would use, if it overwrites (see
     :func:`overwrites`): the task's own covering lock, else the group's lock :meth:`Lockbox.acquire` hands
@@ -213,7 +206,10 @@ def finer_buckets(preferred: Interval, ts: int) -> list[Interval]:
 
 def _pending(box: Lockbox, src: SourceState) -> list[SegmentDescriptor]:
     """Segments allocated to running tasks under a live lock that does not overwrite (an overwriting
-    version is not data until it commits: appends inside it go on as if it were not there)."""
+    version is not data until it commits: appends inside it go on as if it were not there). An allocation
+    made under an overwriting lock that was released is never pending, even if its task holds an APPEND
+    lock over it later: else appends would take the uncommitted overwrite version and, once published,
+    hide the rows committed at the chunk's real version."""
     out = []
     for a in src.allocations.values():
         if a.task_id not in box.tasks:
@@ -221,6 +217,8 @@ def _pending(box: Lockbox, src: SourceState) -> list[SegmentDescriptor]:
         own = src.locks.get(a.lock_id) if a.lock_id is not None else None
         if own is not None:
             live = not own.revoked and not overwrites(own)
+        elif a.lock_id is not None and a.lock_id in src.released_overwrites:
+            live = False
         else:  # its APPEND lock was absorbed by a wider one of the group, which the task holds
             live = any(lk.lock_type == "append" and not lk.revoked and lk.interval.contains(a.segment.interval)
                        for lk in src.locks_of(a.task_id))

@@ -298,13 +298,20 @@ class Lockbox(LockboxState):
 
         Allocated (pending) segments count as existing data, as Druid's pending
         segments do: a segment lock on a chunk that only has pending segments
-        joins their version, so partition ids stay consecutive per version.
+        joins their version, so partition ids stay consecutive per version. A
+        chunk with published segments is the newest published version's (as
+        Druid's createNewSegment: the used chunk's version wins over pending
+        ones), so an uncommitted overwrite's version, e.g. of a released
+        REPLACE lock's allocation, never becomes the chunk's for new partitions.
         """
         iv = req.interval
         known = list(src.next_partition)  # published and allocated (start, end, version)
         if req.granularity == "segment":
             if req.version is not None:
                 return req.version
+            published = [v for (s, e, v) in src.chunk_partitions if s == iv.start and e == iv.end]
+            if published:
+                return max(published)
             same = [v for (s, e, v) in known if s == iv.start and e == iv.end]
             if same:
                 return max(same)

@@ -130,7 +130,8 @@ def _born_hidden(src: SourceState, own: list[SegmentDescriptor], copies: list[Co
             continue
         newest = max(over, key=lambda s: s.version)
         if not any(o is seg and c.version >= newest.version for c, o in copies):
-            return (f"segment {seg.id} would be hidden at once by the committed version {newest.version} of "
+            where = "this publish's version" if any(s is newest for s in own) else "the committed version"
+            return (f"segment {seg.id} would be hidden at once by {where} {newest.version} of "
                     f"{newest.interval.iso()}")
     return None
 

@@ -12,8 +12,9 @@ snapshot keeps everything, and keeps every order that a decision can observe:
   names locks in this order), their holders (``locks_of`` follows it), the lock
   sequence, published segments, the never-reused partition counters (root and overwrite),
   allocations, the stream metadata, appends under replace locks (tuple order),
-  committed replace locks, the chunks replace publishes committed and the **waiting requests in arrival order** with
-  their event times (they decide later grants and their versions).
+  committed replace locks, the chunks replace publishes committed, the released overwriting locks and
+  the **waiting requests in arrival order** with their event times (they decide later grants and their
+  versions).
 
 Sets are written sorted (only membership is ever read from them). Records go
 through the events codec (``encode_record`` / ``decode_record``), so a
@@ -51,8 +52,9 @@ from events.schema import decode_record, encode_record
 from events.segment import SegmentDescriptor
 from events.tasks import LockRequested
 
-#: The layout of :func:`snapshot_to_json`; a reader refuses any other (2: ``replaceChunks``, ``nextOverwrite``).
-SNAPSHOT_VERSION = 2
+#: The layout of :func:`snapshot_to_json`; a reader refuses any other (2: ``replaceChunks``, ``nextOverwrite``;
+#: 3: ``releasedOverwrites``).
+SNAPSHOT_VERSION = 3
 
 
 class SnapshotError(ValueError):
@@ -83,6 +85,7 @@ def _source_to_json(src: SourceState) -> dict[str, Any]:
         "committedReplaces": sorted(src.committed_replaces),
         "replaceChunks": [list(key) for key in sorted(src.replace_chunks)],
         "nextOverwrite": [[s, e, v, n] for (s, e, v), n in src.next_overwrite.items()],
+        "releasedOverwrites": sorted(src.released_overwrites),
         "waiters": [[encode_record(w.request), w.at] for w in src.waiters],
     }
 
@@ -118,6 +121,7 @@ def _source_from_json(obj: dict[str, Any]) -> SourceState:
         waiters=[Waiter(decode_record(LockRequested, req, "waiter"), at) for req, at in obj["waiters"]],
         replace_chunks=frozenset((s, e, v) for s, e, v in obj["replaceChunks"]),
         next_overwrite={(s, e, v): n for s, e, v, n in obj["nextOverwrite"]},
+        released_overwrites=frozenset(obj["releasedOverwrites"]),
     )
 
 

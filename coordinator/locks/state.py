@@ -54,6 +54,13 @@ class Waiter:
     at: int
 
 
+def overwrites(lock: TaskLock) -> bool:
+    """Whether allocations under ``lock`` overwrite (write its version): REPLACE locks, and exclusive
+    timeChunk locks the task requested itself (Druid's batch overwrite); the others append."""
+    return lock.lock_type == "replace" or (lock.lock_type == "exclusive" and lock.granularity == "timeChunk"
+                                           and not lock.for_allocation)
+
+
 @dataclass
 class SourceState:
     """One data source's locks, published segments, allocations and stream metadata."""
@@ -73,6 +80,10 @@ class SourceState:
     replace_chunks: frozenset[ChunkVersion] = frozenset()
     # overwrite partition ids (Druid's numbered_overwrite, from 32768), never reused, apart from root ids
     next_overwrite: dict[ChunkVersion, int] = field(default_factory=dict)
+    # ids of overwriting locks (see :func:`overwrites`) released by their last holder: the allocations made
+    # under them stay (a repeated request gets its id back) but never steer an appending allocation again,
+    # whatever locks their task holds later (an overwriting version is not data until it commits)
+    released_overwrites: frozenset[str] = frozenset()
     # derived from ``segments`` (never stored, not compared): the partitions of each chunk and the segments by
     # interval, so a publish's checks cost its own segments' neighbourhood, not the data source's size
     chunk_partitions: dict[ChunkVersion, set[int]] = field(init=False, compare=False, repr=False)
@@ -98,14 +109,14 @@ class SourceState:
         return SourceState(
             dict(self.locks), dict(self.holders), self.lock_seq, dict(self.segments), dict(self.next_partition),
             dict(self.allocations), self.metadata, dict(self.appended_under), self.committed_replaces,
-            list(self.waiters), self.replace_chunks, dict(self.next_overwrite),
+            list(self.waiters), self.replace_chunks, dict(self.next_overwrite), self.released_overwrites,
         )
 
     def persistent(self) -> tuple[Any, ...]:
         """Everything but the waiters, for comparing a replayed state with the live one."""
         return (self.locks, self.holders, self.lock_seq, self.segments, self.next_partition, self.allocations,
                 self.metadata, self.appended_under, self.committed_replaces, self.replace_chunks,
-                self.next_overwrite)
+                self.next_overwrite, self.released_overwrites)
 
     def locks_of(self, task_id: str) -> list[TaskLock]:
         return [self.locks[i] for i, tasks in self.holders.items() if task_id in tasks]
@@ -227,7 +238,9 @@ class LockboxState:
                     src.holders[lock_id] = remaining
                     continue
                 src.holders.pop(lock_id, None)
-                src.locks.pop(lock_id, None)
+                gone = src.locks.pop(lock_id, None)
+                if gone is not None and overwrites(gone):
+                    src.released_overwrites |= {lock_id}
                 src.appended_under.pop(lock_id, None)
                 src.committed_replaces -= {lock_id}
                 del self.lock_source[lock_id]
