@@ -284,13 +284,7 @@ def constructor(cls: type[R]) -> Callable[..., R]:
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
     if not _builds_directly(cls) or any(not f.init for f in fields):
         return cls
-    src = _Source()
-    names = [f.name for f in fields]
-    src.emit(0, f"def generated({', '.join(names)}):")
-    _emit_build(src, cls, "r", {n: n for n in names}, 1)
-    src.emit(1, "return r")
-    made: Callable[..., R] = _function(src, f"construct {cls.__name__}")
-    return made
+    return _slot_builder(cls, fields, f"construct {cls.__name__}")
 
 
 def trusted_constructor(cls: type[R]) -> Callable[..., R]:
@@ -311,12 +305,17 @@ def trusted_constructor(cls: type[R]) -> Callable[..., R]:
         slot = next((k.__dict__[f.name] for k in cls.__mro__ if f.name in k.__dict__), None)
         if type(slot) is not types.MemberDescriptorType:
             return cls
+    return _slot_builder(cls, fields, f"construct trusted {cls.__name__}")
+
+
+def _slot_builder(cls: type[R], fields: tuple[dataclasses.Field[Any], ...], label: str) -> Callable[..., R]:
+    """A generated function taking ``cls``'s fields in order and building the record from its slots."""
     src = _Source()
     names = [f.name for f in fields]
     src.emit(0, f"def generated({', '.join(names)}):")
     _emit_build(src, cls, "r", {n: n for n in names}, 1)
     src.emit(1, "return r")
-    made: Callable[..., R] = _function(src, f"construct trusted {cls.__name__}")
+    made: Callable[..., R] = _function(src, label)
     return made
 
 

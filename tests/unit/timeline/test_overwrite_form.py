@@ -45,6 +45,16 @@ def _descriptor(p: int, druid: bool, spec: tuple[int, int, int, int] | None = No
                              shard_spec={"type": "numbered", "partitionNum": p, "partitions": 0})
 
 
+def _states(roots: int, outputs: list[tuple[int, tuple[int, int, int, int], tuple[int, ...], tuple[int, ...]]],
+            used: set[int], online: set[int], druid: bool) -> dict[int, str]:
+    """The timeline's state of each partition id when ``used`` of the chunk are published and ``online`` served,
+    the overwrite outputs written in the Druid form (``druid``) or as explicit lists."""
+    segs = {p: _descriptor(p, druid) for p in range(roots)}
+    segs.update({p: _descriptor(p, druid, spec, over, group) for p, spec, over, group in outputs})
+    tl = Timeline.build("ds", [segs[p] for p in sorted(used)],
+                        {segs[p].id: (segs[p], ("h1",)) for p in sorted(online)})
+    return {sid.partition_id: state for sid, state in tl.states().items()}
+
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 4).flatmap(lambda roots: st.tuples(
     st.just(roots),
@@ -60,14 +70,8 @@ def test_druid_form_and_list_form_give_identical_states(case: tuple) -> None:  #
     last = [p for p, spec, _, _ in outputs if spec[2] == max(s[2] for _, s, _, _ in outputs)]
     used = set(every) - data.draw(st.sets(st.sampled_from(last)), label="unpublished")
     online = data.draw(st.sets(st.sampled_from(sorted(used))), label="online")
-    states = []
-    for druid in (True, False):
-        segs = {p: _descriptor(p, druid) for p in range(roots)}
-        segs.update({p: _descriptor(p, druid, spec, over, group) for p, spec, over, group in outputs})
-        tl = Timeline.build("ds", [segs[p] for p in sorted(used)],
-                            {segs[p].id: (segs[p], ("h1",)) for p in sorted(online)})
-        states.append({sid.partition_id: state for sid, state in tl.states().items()})
-    assert states[0] == states[1]
+    druid_form, list_form = (_states(roots, outputs, used, online, druid) for druid in (True, False))
+    assert druid_form == list_form
 
 
 def test_real_druid_metadata_decodes_with_its_overwrite_partition() -> None:
@@ -97,11 +101,5 @@ def test_root_ids_nobody_published_count_as_listed_ids_nobody_declares(case: tup
     published_roots = data.draw(st.sets(st.sampled_from(range(roots))), label="published roots")
     used = published_roots | {p for p, *_ in outputs}
     online = data.draw(st.sets(st.sampled_from(sorted(used))), label="online")
-    states = []
-    for druid in (True, False):
-        segs = {p: _descriptor(p, druid) for p in range(roots)}
-        segs.update({p: _descriptor(p, druid, spec, over, group) for p, spec, over, group in outputs})
-        tl = Timeline.build("ds", [segs[p] for p in sorted(used)],
-                            {segs[p].id: (segs[p], ("h1",)) for p in sorted(online)})
-        states.append({sid.partition_id: state for sid, state in tl.states().items()})
-    assert states[0] == states[1]
+    druid_form, list_form = (_states(roots, outputs, used, online, druid) for druid in (True, False))
+    assert druid_form == list_form
