@@ -53,11 +53,12 @@ class InputRecord:
         """The record's envelope, decoded on the first call only; raises EventValidationError (every call)."""
         got = self._decoded
         if got is None:
-            got = SHARED.taken(self.topic, self.value)
+            position = (self.partition, self.offset)
+            got = SHARED.taken(self.topic, self.value, position)
             if got is None:
                 try:
                     got = decode(self.value)
-                    SHARED.decoded(self.topic, self.value, got)
+                    SHARED.decoded(self.topic, self.value, got, position)
                 except EventValidationError as e:
                     got = e
             object.__setattr__(self, "_decoded", got)
