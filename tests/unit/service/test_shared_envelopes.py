@@ -129,3 +129,32 @@ def test_threads_taking_and_keeping_at_once_never_fail() -> None:
     for t in threads:
         t.join()
     assert not errors and len(shared) <= 16
+
+
+def test_a_reader_behind_another_keeps_nothing_and_the_leaders_entries_stay() -> None:
+    """The leader's decodes are kept for the reader behind it; that reader's misses (entries gone before it came)
+    are not kept, so they never push the leader's entries out: it takes them once it is within the capacity."""
+    shared = SharedEnvelopes(capacity=4)
+    shared.configure({"x.segments": 2})
+    envs = [load(n) for n in range(12)]
+    values = [encode(e) for e in envs]
+
+    def read(offset: int) -> bool:
+        """One reader's read of the record at ``offset`` of partition 0; whether it came from an entry."""
+        got = shared.taken("x.segments", values[offset], (0, offset))
+        if got is not None:
+            assert got == envs[offset]
+            return True
+        shared.decoded("x.segments", values[offset], envs[offset], (0, offset))
+        return False
+
+    assert not any(read(o) for o in range(10))  # the leader, at 9: entries for 6..9 left
+    assert list(shared._entries) == values[6:10]
+    assert not any(read(o) for o in range(6))  # the reader behind: every entry it needed had left; nothing kept
+    assert list(shared._entries) == values[6:10]
+    assert all(read(o) for o in range(6, 10)) and len(shared) == 0  # within the capacity again: all taken
+    # another partition has a mark of its own: the first reader of partition 1 keeps its decode
+    env = load(20)
+    assert shared.taken("x.segments", encode(env), (1, 0)) is None
+    shared.decoded("x.segments", encode(env), env, (1, 0))
+    assert shared.taken("x.segments", encode(env), (1, 0)) == env
