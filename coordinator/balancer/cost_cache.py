@@ -271,10 +271,11 @@ class ServerCostCache:
         """The cost from the runs and the rows, or None when its error bound is not within ``TOLERANCE`` of it."""
         interval = segment.interval
         x0, x1 = interval.start, interval.end
-        sid, fresh, dropped = segment.id, self._fresh, self._dropped
-        positive = negative = 0.0
+        sid, fresh, dropped, runs, gone = segment.id, self._fresh, self._dropped, self._runs, self._gone
+        factor, source = self._factor, segment.data_source
+        positive = negative = error = 0.0
         if fresh or dropped:
-            lam, source, factor = self._lam, segment.data_source, self._factor
+            lam = self._lam
             for other_id, other in fresh.items():
                 if other_id == sid:
                     continue  # held and not in a run: nothing to subtract
@@ -284,10 +285,9 @@ class ServerCostCache:
                 cost = interval_joint_cost(x0, x1, other.interval.start, other.interval.end, lam)
                 negative += factor * cost if other.data_source == source else cost
             mine = sid in self._held and sid not in fresh
+            self._debt += ROW_MICROS * (len(fresh) + len(dropped))
         else:
             mine = sid in self._held
-        runs, gone = self._runs, self._gone
-        self._debt += ROW_MICROS * (len(fresh) + len(dropped)) + RUN_MICROS * (len(runs) + len(gone) - 1)
         rows = positive + negative
         if gone:
             sums = self._sums(gone, segment, -1)
@@ -296,16 +296,43 @@ class ServerCostCache:
             plus, minus, error = sums
             positive += minus
             negative += plus
-        else:
-            error = 0.0
+        if len(runs) + len(gone) > 1:
+            self._debt += RUN_MICROS * (len(runs) + len(gone) - 1)
         base = positive, negative, error
-        value = self._with_runs(segment, base, rows, mine, -1)
-        if value is None and mine:  # its own cost cancels the sum: a run's counts without its copy instead
+        same = factor - 1.0
+        for run in runs:  # _sums inlined: the hot path
+            answer = run.every.total(x0, x1)
+            if answer is None:
+                return None
+            value, bound = answer
+            positive += value
+            error += bound
+            if same:
+                profile = run.by_source.get(source)
+                if profile is not None:
+                    answer = profile.total(x0, x1)
+                    if answer is None:
+                        return None
+                    value, bound = answer
+                    if same > 0.0:
+                        positive += same * value
+                    else:
+                        negative -= same * value
+                    error += abs(same) * bound
+        spent = rows
+        if mine:
+            cost = factor * interval_joint_cost(x0, x1, x0, x1, self._lam)
+            negative += cost
+            spent += cost
+        result = positive - negative
+        if error + ROW_ERROR * (spent + positive + negative) <= TOLERANCE * result:
+            return result
+        if mine:  # its own cost cancels the sum: a run's counts without its copy instead
             for k in range(len(runs)):
-                value = self._with_runs(segment, base, rows, mine, k)
-                if value is not None:
-                    break
-        return value
+                answer_k = self._with_runs(segment, base, rows, k)
+                if answer_k is not None:
+                    return answer_k
+        return None
 
     def _sums(self, stack: list[_Run], segment: SegmentDescriptor, without: int) -> tuple[float, float, float] | None:
         """(what adds, what subtracts, error bound) of the runs' profiles for ``segment``, the run ``without`` (if
@@ -337,10 +364,10 @@ class ServerCostCache:
                     return None  # no copy of the segment in this run's data source profile
         return positive, negative, error
 
-    def _with_runs(self, segment: SegmentDescriptor, base: tuple[float, float, float], rows: float, mine: bool,
+    def _with_runs(self, segment: SegmentDescriptor, base: tuple[float, float, float], rows: float,
                    without: int) -> float | None:
-        """The rows' and gone runs' sums (``base``) plus the runs' (``without``: that run less the segment's own copy;
-        else, when ``mine``, its own cost subtracted), or None when the error bound is not within ``TOLERANCE``."""
+        """The rows' and gone runs' sums (``base``) plus the runs' with the run ``without`` less the segment's own
+        copy, or None when the error bound is not within ``TOLERANCE``."""
         sums = self._sums(self._runs, segment, without)
         if sums is None:
             return None
@@ -349,11 +376,6 @@ class ServerCostCache:
         positive += plus
         negative += minus
         error += bound
-        if mine and without < 0:
-            x0, x1 = segment.interval.start, segment.interval.end
-            cost = self._factor * interval_joint_cost(x0, x1, x0, x1, self._lam)
-            negative += cost
-            rows += cost
         result = positive - negative
         if error + ROW_ERROR * (rows + positive + negative) <= TOLERANCE * result:
             return result
