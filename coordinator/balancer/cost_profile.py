@@ -64,8 +64,9 @@ SHORT_PIECES = 24  # the inside form sums at most this many pieces in Python
 _RATIO = EPS_POINT / TOLERANCE
 
 
-def decayed_scan(points: I64, weights: F64, k: float) -> F64:
-    """S_i = Σ_{j <= i} weights_j · exp(-k (points_i - points_j)) for sorted ``points``, by doubling.
+def decayed_scan(points: I64, weights: F64, k: float, groups: I64 | None = None) -> F64:
+    """S_i = Σ_{j <= i} weights_j · exp(-k (points_i - points_j)) for sorted ``points``, by doubling; with
+    ``groups`` (points sorted within each run of equal groups), j ranges over i's group only.
 
     Level l adds to S_i the partial sum ending at i - 2^l, decayed across the gap: every term is a
     non-negative weight times a factor in [0, 1], each level adds about 3 ε of relative error.
@@ -73,42 +74,97 @@ def decayed_scan(points: I64, weights: F64, k: float) -> F64:
     out = np.array(weights, dtype=np.float64)
     h, n = 1, len(out)
     while h < n:
-        out[h:] += np.exp(-k * (points[h:] - points[:-h]).astype(np.float64)) * out[:-h]
+        gaps = (points[h:] - points[:-h]).astype(np.float64)
+        if groups is None:
+            out[h:] += np.exp(-k * gaps) * out[:-h]
+        else:
+            out[h:] += np.where(groups[h:] == groups[:-h], np.exp(-k * np.maximum(gaps, 0.0)), 0.0) * out[:-h]
         h *= 2
     return out
 
 
 class CoverageProfile:
-    """The coverage of a frozen multiset of intervals, answering Σ joint cost against any interval in O(log n)."""
+    """The coverage of a frozen multiset of intervals, answering Σ joint cost against any interval in O(log n).
 
-    __slots__ = ("counts", "k", "lam", "last", "lpot", "mass", "points", "rpot", "scale", "search", "segments", "top",
-                 "wide")
+    A profile is a range ``lo .. last`` of point arrays it may share with the other profiles of
+    :meth:`grouped` (one build for many multisets)."""
+
+    __slots__ = ("counts", "k", "lam", "last", "lo", "lpot", "mass", "points", "rpot", "scale", "search", "segments",
+                 "top", "wide")
 
     def __init__(self, starts: I64, ends: I64, counts: I64, lam: float) -> None:
         """Intervals [starts_j, ends_j) held counts_j (> 0) times each; λ per hour."""
+        counts = np.asarray(counts, np.int64)
+        points, _ = self._build(np.asarray(starts, np.int64), np.asarray(ends, np.int64), counts, None, lam)
+        self.segments = int(counts.sum()) if len(counts) else 0
+        self.lo, self.last = 0, len(points) - 1
+        self.search = points.searchsorted  # both bounds in one call: points is int64, sorted, distinct
+
+    @classmethod
+    def grouped(cls, starts: I64, ends: I64, groups: I64, lam: float) -> dict[int, CoverageProfile]:
+        """One profile per group (a non-negative int) of the intervals [starts_j, ends_j) of group groups_j, each
+        held once, built in one pass: the same answers as one profile built per group."""
+        groups = np.asarray(groups, np.int64)
+        if not len(groups):
+            return {}
+        base = object.__new__(cls)
+        points, owner = base._build(np.asarray(starts, np.int64), np.asarray(ends, np.int64),
+                                    np.ones(len(groups), np.int64), groups, lam)
+        assert owner is not None
+        present = np.unique(groups)
+        los = np.searchsorted(owner, present, "left").tolist()
+        his = np.searchsorted(owner, present, "right").tolist()
+        sizes = np.bincount(groups)[present].tolist()
+        out: dict[int, CoverageProfile] = {}
+        for group, lo, hi, size in zip(present.tolist(), los, his, sizes, strict=True):
+            view = object.__new__(cls)
+            for name in ("counts", "k", "lam", "lpot", "mass", "points", "rpot", "scale", "top", "wide"):
+                setattr(view, name, getattr(base, name))
+            view.segments, view.lo, view.last = size, lo, hi - 1
+            view.search = points[lo:hi].searchsorted
+            out[group] = view
+        return out
+
+    def _build(self, starts: I64, ends: I64, counts: I64, groups: I64 | None,
+               lam: float) -> tuple[I64, I64 | None]:
+        """Fill the shared arrays; return the sorted points and, with ``groups``, the group of each point (points
+        are then sorted by (group, point), and nothing decays across groups)."""
         self.lam, self.k = lam, lam / MILLIS_PER_HOUR
         self.scale = 1.0 / (lam * lam)  # u² to hours²
         k = self.k
-        starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
-        counts = np.asarray(counts, np.int64)
-        self.segments = int(counts.sum()) if len(counts) else 0
+        owner: I64 | None = None
         if not len(starts):
             points: I64 = np.zeros(0, np.int64)
             m: I64 = np.zeros(0, np.int64)
-        else:
+        elif groups is None:
             points, inverse = np.unique(np.r_[starts, ends], return_inverse=True)
             steps = np.bincount(inverse, weights=np.r_[counts, -counts].astype(np.float64), minlength=len(points))
             m = np.cumsum(np.rint(steps).astype(np.int64))  # m[i] on [p_i, p_{i+1}); the last is 0
+        else:
+            bounds, tags = np.r_[starts, ends], np.r_[groups, groups]
+            order = np.argsort(bounds)
+            small = tags[order].astype(np.uint16) if int(tags.max()) < 1 << 16 else tags[order]
+            order = order[np.argsort(small, kind="stable")]  # by (group, bound): a radix sort of the groups
+            bounds, tags = bounds[order], tags[order]
+            first = np.empty(len(bounds), bool)
+            first[0] = True
+            first[1:] = (bounds[1:] != bounds[:-1]) | (tags[1:] != tags[:-1])
+            points, owner = bounds[first], tags[first]
+            steps = np.bincount(np.cumsum(first) - 1, weights=np.r_[counts, -counts][order].astype(np.float64),
+                                minlength=len(points))
+            m = np.cumsum(np.rint(steps).astype(np.int64))  # each group's coverage ends at 0 on its last point
         n = len(points)
         widths = np.diff(points)
+        if owner is not None:
+            widths = np.where(owner[1:] == owner[:-1], widths, 0)  # no piece between two groups
         pieces: F64 = np.asarray(m[:-1] * -np.expm1(-k * widths.astype(np.float64)) if n else np.zeros(0), np.float64)
         # Lpot_i = Σ_{j < i} piece_j · exp(-k (p_i - p_{j+1})): piece j enters at its right edge
-        self.lpot = array("d", decayed_scan(points, np.r_[0.0, pieces] if n else pieces, k).tobytes())
+        self.lpot = array("d", decayed_scan(points, np.r_[0.0, pieces] if n else pieces, k, owner).tobytes())
         # Rpot_i = Σ_{j >= i} piece_j · exp(-k (p_j - p_i)): the same scan on the reflected axis
-        reflected = decayed_scan(-points[::-1], np.r_[0.0, pieces[::-1]] if n else pieces, k)
+        reflected = decayed_scan(-points[::-1], np.r_[0.0, pieces[::-1]] if n else pieces, k,
+                                 None if owner is None else owner[::-1])
         self.rpot = array("d", reflected[::-1].tobytes())
         self.points = array("q", points.tobytes())
-        self.search = points.searchsorted  # both bounds in one call: points is int64, sorted, distinct
         self.counts = array("q", m.tobytes())
         masses = m[:-1].astype(np.float64) * widths.astype(np.float64) if n else np.zeros(0)
         # the cumulative mass (count x ms) as int64, wrapping modulo 2^64 past it (many "all time" intervals): a
@@ -117,7 +173,7 @@ class CoverageProfile:
         self.wide: array[float] | None = (array("d", np.r_[0.0, np.cumsum(masses)].tobytes())
                      if n and float(masses.sum()) >= 2.0**62 else None)
         self.top = int(m.max()) if n else 0
-        self.last = n - 1
+        return points, owner
 
     def __len__(self) -> int:
         return self.segments
@@ -125,17 +181,17 @@ class CoverageProfile:
     def total(self, s: int, t: int) -> tuple[float, float] | None:
         """(Σ_Y ∫_s^t ∫_Y exp(-λ|x - y|) dy dx in hours², a bound on its absolute error) for s < t, or None when
         neither form is safe and cheap (a query of seconds over more than ``SHORT_PIECES`` pieces)."""
-        last = self.last
-        if last < 0:
+        lo, last = self.lo, self.last
+        if last < lo:
             return 0.0, 0.0
         points, lpot, rpot, counts, mass = self.points, self.lpot, self.rpot, self.counts, self.mass
         k, exp, expm1 = self.k, math.exp, math.expm1
         i, j = self.search((s, t - 1), "right").tolist()  # the counts of points <= s and < t (integers)
-        i -= 1  # s in [p_i, p_{i+1})
-        j -= 1  # t in (p_j, p_{j+1}]
+        i += lo - 1  # s in [p_i, p_{i+1})
+        j += lo - 1  # t in (p_j, p_{j+1}]
         # "L * exp(x) - c * expm1(x)" below is L e^{-u} + c f(u) with x = -u <= 0: non-negative terms
-        if i < 0:
-            ls, rs, cs = 0.0, rpot[0] * exp(-k * (points[0] - s)), 0
+        if i < lo:
+            ls, rs, cs = 0.0, rpot[lo] * exp(-k * (points[lo] - s)), mass[lo]
         elif i == last:
             d = s - points[i]
             ls, rs, cs = (lpot[i] * exp(-k * d) if d else lpot[i]), 0.0, mass[i]
@@ -148,8 +204,8 @@ class CoverageProfile:
                 ls = lpot[i]
             x = -k * (points[i + 1] - s)
             rs, cs = rpot[i + 1] * exp(x) - c * expm1(x), mass[i] + c * d
-        if j < 0:
-            lt, rt, ct = 0.0, rpot[0] * exp(-k * (points[0] - t)), 0
+        if j < lo:
+            lt, rt, ct = 0.0, rpot[lo] * exp(-k * (points[lo] - t)), mass[lo]
         elif j == last:
             lt, rt, ct = lpot[j] * exp(-k * (t - points[j])), 0.0, mass[j]
         else:
@@ -179,11 +235,11 @@ class CoverageProfile:
         count of every piece inside X lowered by one (the others' exact count), so nothing is subtracted however
         much of the sum X's own cost is (a server whose segments lie far apart). None past ``SHORT_PIECES``
         pieces inside X, or when the profile does not hold [s, t)."""
-        points, last = self.points, self.last
+        points, lo, last = self.points, self.lo, self.last
         i, j = self.search((s, t - 1), "right").tolist()
-        i -= 1
-        j -= 1
-        if i < 0 or j >= last or points[i] != s or points[j + 1] != t or j - i >= SHORT_PIECES:
+        i += lo - 1
+        j += lo - 1
+        if i < lo or j >= last or points[i] != s or points[j + 1] != t or j - i >= SHORT_PIECES:
             return None
         return self._inside_form(i, j, s, t, self.lpot[i], self.rpot[j + 1], 1)
 
@@ -192,7 +248,7 @@ class CoverageProfile:
         """f(a)·(Lpot(s) + Rpot(t)) + Σ (m_p - less)·J_p over the pieces p X meets (i..j): non-negative terms."""
         points, counts, k, expm1 = self.points, self.counts, self.k, math.expm1
         inside = 0.0
-        for p in range(max(i, 0), min(j, self.last - 1) + 1):  # the pieces X meets
+        for p in range(max(i, self.lo), min(j, self.last - 1) + 1):  # the pieces X meets
             c = counts[p] - less
             if c < 0:
                 return None
@@ -206,11 +262,11 @@ class CoverageProfile:
     def _wide_mass(self, i: int, j: int, s: int, t: int, wrapped: int) -> int:
         """Mass(s, t) exactly from its value modulo 2^64 and the float cumulative masses (error far below 2^63)."""
         assert self.wide is not None
-        wide, points, counts, last = self.wide, self.points, self.counts, self.last
+        wide, points, counts, lo, last = self.wide, self.points, self.counts, self.lo, self.last
 
         def cumulative(index: int, q: int) -> float:
-            if index < 0:
-                return 0.0
+            if index < lo:
+                return wide[lo]
             return wide[index] + (counts[index] * float(q - points[index]) if index < last else 0.0)
 
         wrapped %= 1 << 64

@@ -3,6 +3,7 @@ history, its error bounds honest, its snapshot kept across small changes and reb
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -132,27 +133,38 @@ def test_any_delta_over_a_snapshot_agrees_with_brute_force(batch: list[tuple[int
             assert abs(ours - ref) <= 1e-9 * ref + 1e-300, (p, ours, ref)
 
 
-def test_small_changes_keep_the_snapshot_and_queries_that_pay_for_many_rebuild_it() -> None:
-    """An add or a remove is noted, not applied: the next query answers from the same snapshot plus the delta.
-    Once the delta rows summed by queries cost as much as a rebuild, the next query rebuilds."""
+def test_small_changes_keep_the_big_run_and_queries_that_pay_for_many_runs_consolidate() -> None:
+    """Adds and removes are kept as rows, then as small runs merged by the logarithmic method: the run built at
+    the first query stays, every run is at least twice the next, and once the queries have spent on the extra
+    runs and rows as much as a consolidation costs, the next query folds them into one run."""
     rng = np.random.default_rng(4)
     segments = [_segment(i, T0 + h * HOUR, T0 + (h + 1) * HOUR, int(rng.integers(3)))
-                for i, h in enumerate(rng.integers(0, 5000, 2000).tolist())]
+                for i, h in enumerate(rng.integers(0, 5000, 20_300).tolist())]
     cache = ServerCostCache()
-    cache.extend(segments[:1000])
+    cache.extend(segments[:20_000])
     probe = _segment(-1, T0, T0 + DAY)
     cache.cost_of(probe)
-    snapshot = cache._snapshot
-    cache.add(segments[1000])
+    [big] = cache._runs
+    cache.add(segments[20_000])
     cache.remove(segments[0].id)
     cache.cost_of(probe)
-    assert cache._snapshot is snapshot and len(cache._delta) == 2
-    queries = 0
-    while cache._snapshot is snapshot:
+    assert cache._runs == [big] and len(cache._fresh) == 1 and len(cache._dropped) == 1
+    for i, s in enumerate(segments[20_001:20_200]):
+        cache.add(s)
+        cache.remove(segments[1 + i].id)
+        cache.cost_of(probe)
+    runs, gone = [len(r) for r in cache._runs], [len(r) for r in cache._gone]
+    assert cache._runs[0] is big and all(a >= 2 * b for a, b in itertools.pairwise(runs))
+    assert all(a >= 2 * b for a, b in itertools.pairwise(gone)) and sum(gone) + len(cache._dropped) == 200
+    assert sum(runs) + len(cache._fresh) == 20_200 and len(runs) <= math.log2(200 / cost_cache.BUFFER) + 2
+    extra = (cost_cache.ROW_MICROS * (len(cache._fresh) + len(cache._dropped))
+             + cost_cache.RUN_MICROS * (len(runs) + len(gone) - 1))
+    debt, queries = cache._debt, 0
+    while cache._runs[0] is big:
         cache.cost_of(probe)
         queries += 1
-    rebuild, per_query = cost_cache.BUILD_MICROS * len(cache), 2 * cost_cache.ROW_MICROS  # two delta rows a query
-    assert queries == math.ceil((rebuild - per_query) / per_query) + 1 and not cache._delta
+    assert queries == math.ceil((cost_cache.BUILD_MICROS * len(cache) - debt) / extra) + 1
+    assert len(cache._runs) == 1 and not cache._gone and not cache._fresh and not cache._dropped
 
 
 def test_same_calls_same_answers() -> None:
@@ -215,3 +227,92 @@ def test_holders_on_a_sparse_server_are_answered_from_the_profiles(monkeypatch: 
     for s in (segments[0], _segment(99, T0, T0 + DAY, 1)):
         both.add(s)
     assert abs(held.cost_of(segments[0]) - both.cost_of(segments[0])) <= 1e-9 * both.cost_of(segments[0])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_interval, st.integers(0, 3)), min_size=1, max_size=40), _interval)
+def test_grouped_profiles_answer_as_one_profile_per_group(held: list[tuple[tuple[int, int], int]],
+                                                          probe: tuple[int, int]) -> None:
+    """One build for many groups (shared arrays, nothing decaying across groups) gives each group the answers of
+    its own profile, with and without one copy of a held interval."""
+    starts = np.array([a for (a, _), _ in held], np.int64)
+    ends = np.array([b for (_, b), _ in held], np.int64)
+    groups = np.array([g for _, g in held], np.int64)
+    grouped = CoverageProfile.grouped(starts, ends, groups, LAM)
+    assert sorted(grouped) == sorted(set(groups.tolist()))
+    for group, profile in grouped.items():
+        rows = groups == group
+        alone = CoverageProfile(starts[rows], ends[rows], np.ones(int(rows.sum()), np.int64), LAM)
+        assert len(profile) == int(rows.sum())
+        first = int(np.flatnonzero(rows)[0])
+        for ours, ref in [(profile.total(*probe), alone.total(*probe)),
+                          (profile.total_without(int(starts[first]), int(ends[first])),
+                           alone.total_without(int(starts[first]), int(ends[first])))]:
+            assert (ours is None) == (ref is None)
+            if ours is not None and ref is not None:
+                assert abs(ours[0] - ref[0]) <= 1e-12 * ref[0] + 1e-300, (group, ours, ref)
+
+
+def test_a_removed_neighbour_that_was_nearly_all_of_the_sum_is_answered_exactly() -> None:
+    """A run still counts a removed segment: subtracting it (a dropped row, then a gone run) would cancel nearly
+    all of the sum when it was the probe's only neighbour; the error bound notices and the cache consolidates."""
+    far = [_segment(i, T0 + (100 + 30 * i) * DAY, T0 + (100 + 30 * i) * DAY + 1, i % 2) for i in range(40)]
+    near = _segment(99, T0 - YEAR, T0 + YEAR, 0)
+    cache, brute = ServerCostCache(), ServerSegments()
+    for s in [*far, near]:
+        cache.add(s)
+        brute.add(s)
+    probe = _segment(-1, T0, T0 + HOUR, 0)
+    cache.cost_of(probe)  # one run of all of them
+    for victims in ([near], far[:cost_cache.BUFFER - 1]):  # a dropped row, then (the buffer full) a gone run
+        for s in victims:
+            cache.remove(s.id)
+            brute.remove(s.id)
+        ref = brute.cost_of(probe)
+        assert abs(cache.cost_of(probe) - ref) <= 1e-9 * ref, (cache.cost_of(probe), ref)
+
+
+def test_holders_in_small_runs_are_answered_without_consolidating() -> None:
+    """Sparse segments added one by one after the first run: each holder's own cost is nearly all of its sum;
+    the run holding its interval is summed less one copy, the runs stay as they are, and the answers agree."""
+    first = [_segment(i, T0 + 30 * i * DAY, T0 + (30 * i + 1) * DAY, i % 2) for i in range(20)]
+    later = [_segment(100 + i, T0 - 30 * (i + 1) * DAY, T0 - (30 * (i + 1) - 1) * DAY, i % 2) for i in range(40)]
+    filler = [_segment(1000 + i, T0 + 50 * YEAR + i * DAY, T0 + 50 * YEAR + i * DAY + 1, 2) for i in range(5000)]
+    cache, brute = ServerCostCache(), ServerSegments()  # the filler, far away, makes consolidating dear
+    cache.extend([*first, *filler])
+    for s in [*first, *filler]:
+        brute.add(s)
+    cache.cost_of(first[0])
+    for s in later:
+        cache.add(s)
+        brute.add(s)
+    runs = list(cache._runs)
+    assert len(runs) >= 2
+    for s in [*first, *later]:
+        ours, ref = cache.cost_of(s), brute.cost_of(s)
+        assert abs(ours - ref) <= 1e-9 * ref, (s, ours, ref)
+    assert cache._runs == runs
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), _interval, st.integers(0, 2)), min_size=20, max_size=80),
+       st.lists(st.integers(0, 1000), min_size=40, max_size=150), _interval)
+def test_long_histories_through_runs_agree_with_brute_force(batch: list[tuple[int, tuple[int, int], int]],
+                                                            changes: list[int], probe: tuple[int, int]) -> None:
+    """Enough adds and removes to fill the buffers many times (runs and gone runs built and merged, consolidations
+    when removals pile up): every answer within 1e-9 of the brute-force sum, held segments and fresh ones."""
+    segments = [_segment(i, a, b, source) for i, (_, (a, b), source) in enumerate(batch)]
+    cache, brute = ServerCostCache(), ServerSegments()
+    fresh = _segment(-1, *probe)
+    cache.cost_of(fresh)
+    for c in changes:
+        s = segments[c % len(segments)]
+        if brute.holds(s.id):
+            cache.remove(s.id)
+            brute.remove(s.id)
+        else:
+            cache.add(s)
+            brute.add(s)
+        for p in (fresh, s):
+            ours, ref = cache.cost_of(p), brute.cost_of(p)
+            assert abs(ours - ref) <= 1e-9 * ref + 1e-300, (p, ours, ref)
