@@ -119,9 +119,12 @@ def measure(n_segments: int, publishes: int) -> None:
           f"index / caches = {warm_s / trees_s:.3f}", flush=True)
 
 
-def measure_burst(n_segments: int, publishes: int, rounds: int) -> None:
+def measure_burst(n_segments: int, publishes: int, rounds: int, relist: bool = False) -> None:
     """Bursts of ``publishes`` publishes x 2 answered loads, each followed by the tier index's refresh and a
-    balancing run of up to 100 moves: one line per round (CPU and wall seconds of refresh + run)."""
+    balancing run of up to 100 moves: one line per round (CPU and wall seconds of refresh + run). ``relist``:
+    every other round (the first included) drops the index before the refresh, so it is built again from every
+    server's projected segments: what the code before the bulk update did after such a burst (a baseline in
+    the same process, on the same state, for sizes where two processes would take too long)."""
     n_servers = 300 if n_segments >= 1_000_000 else 10
     st = build(n_segments, n_servers, empty=2)
     st.set_config({"maxSegmentsToMove": 100, "smartSegmentLoading": False, "maxSegmentsInNodeLoadingQueue": 0})
@@ -147,13 +150,18 @@ def measure_burst(n_segments: int, publishes: int, rounds: int) -> None:
                                        Instant(NOW), "ds0", c.command_id))
         gc.collect()
         run += 1
+        baseline = relist and r % 2 == 0
+        if baseline:
+            st.tier_indexes.pop("_default_tier")
+            st._index_delta.pop("_default_tier", None)
         cpu, wall = time.process_time(), time.perf_counter()
         st.tier_index("_default_tier")
         refresh_cpu, refresh_wall = time.process_time() - cpu, time.perf_counter() - wall
         balancing = plan_state(st, NOW, run, NOW, balance=True, scope=set(), mark_overshadowed=False)
         total_cpu, total_wall = time.process_time() - cpu, time.perf_counter() - wall
         moves = sum(1 for c in balancing.commands if c.type == "move")
-        print(f"burst {n_segments:,} segments x 2 on {n_servers} servers, round {r + 1}: {publishes} publishes x 2 "
+        print(f"burst {n_segments:,} segments x 2 on {n_servers} servers, round {r + 1}"
+              f"{' (relisted: the baseline)' if baseline else ''}: {publishes} publishes x 2 "
               f"loads, then refresh + balancing run ({moves} moves): {total_cpu:.3f} s CPU ({total_wall:.3f} s "
               f"wall), of which the index refresh {refresh_cpu:.3f} s CPU ({refresh_wall:.3f} s wall)", flush=True)
 
@@ -181,6 +189,8 @@ def main() -> None:
     parser.add_argument("--burst-sizes", default="100000")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline-tree", type=Path, default=None)
+    parser.add_argument("--relist", action="store_true",
+                        help="baseline in the same process: every other round rebuilds the index from the projection")
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not args.burst:
@@ -189,7 +199,7 @@ def main() -> None:
         return
     for n in (int(x) for x in args.burst_sizes.split(",")):
         if args.in_process or args.baseline_tree is None:
-            measure_burst(n, args.burst, args.rounds)
+            measure_burst(n, args.burst, args.rounds, args.relist)
             continue
         here = Path(__file__).resolve().parents[1]
         base: list[float] = []
