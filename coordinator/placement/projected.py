@@ -272,25 +272,26 @@ class Projected:
     def tier_index(self, tier: str) -> ClusterCostIndex:
         """The cost index of the tier's servers (every joined one, in name order) over their projected segments:
         built in bulk on first use, then kept current: the fold notes each change of a pair's projection
-        (:meth:`_refresh`) and the next read applies them, O(log n) amortised each, or builds the index again in
-        bulk when they outnumber what its delta holds (a full run's loads); a server joining or leaving the tier
-        drops it (built again when next asked for). One :meth:`ClusterCostIndex.costs_of` answers a segment's
-        cost on every server of the tier."""
+        (:meth:`_refresh`) and the next read hands them to the index in one :meth:`ClusterCostIndex.update`
+        (a dict lookup and an append per change, one vectorized binary search for all of them, no pass over
+        the pairs held: a burst of publishes' loads costs what it changed; the index folds its delta into a
+        rebuild from its own columns, in NumPy, when that pays). Only a delta larger than the index itself
+        (a full run's loads on an empty tier) lists the servers' projected segments again, as a first build
+        does; a server joining or leaving the tier drops the index (built again when next asked for). One
+        :meth:`ClusterCostIndex.costs_of` answers a segment's cost on every server of the tier."""
         index = self.tier_indexes.get(tier)
         delta = self._index_delta.pop(tier, None)
         if index is not None and delta and len(delta) > index_rebuild_size(index.static_rows):
-            index = None  # a burst (a full run's loads): one bulk build beats that many updates
+            index = None  # the delta outnumbers the index: listing the projection costs no more than applying it
         if index is None:
             names = self.tiers.get(tier, [])
             index = ClusterCostIndex.build(
                 {n: [self.segments[s] for s in self.projected_segments(n)] for n in names})
             self.tier_indexes[tier] = index
         elif delta:
-            for (name, sid), now_in in sorted(delta.items(), key=lambda kv: (kv[0][0], kv[0][1].sort_key)):
-                if now_in:
-                    index.add(name, self.segments[sid])
-                else:
-                    index.remove(name, sid)
+            changes = sorted(delta.items(), key=lambda kv: (kv[0][0], kv[0][1].sort_key))  # the same log: one order
+            index.update(added=[(name, self.segments[sid]) for (name, sid), now_in in changes if now_in],
+                         removed=[(name, sid) for (name, sid), now_in in changes if not now_in])
         return index
 
     def costs_in(self, tier: str, seg: SegmentDescriptor) -> dict[str, float]:

@@ -99,12 +99,88 @@ def test_a_cancelling_delta_is_recomputed_exactly() -> None:
 
 
 def test_the_delta_is_folded_into_a_rebuild() -> None:
+    """2900 adds onto 100 rows, no query in between: the delta is rebuilt each time it outgrows the index (it
+    doubles at most), never held past that."""
     segments = _mixed(3000, seed=51)
     index = ClusterCostIndex.build({"a": segments[:100], "b": []})
     for s in segments[100:]:
         index.add("b", s)
-    assert len(index) == 3000 and index.delta_size() <= 1024 + 3  # 2900 adds: folded into a rebuild on the way
+        assert index.delta_size() <= cost_index.index_rebuild_size(index.static_rows)
+    assert len(index) == 3000 and index.static_rows > 100  # folded into a rebuild on the way
     _agree(index, _brute({"a": segments[:100], "b": segments[100:]}), segments[7])
+
+
+def test_queries_pay_for_a_rebuild(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small delta stays while the queries' delta work is less than REBUILD_QUERY_WORK rows per row of the
+    index, and the query that passes it rebuilds (its answer, and every later one, still exact); a delta no
+    query reads is never rebuilt below the doubling bound."""
+    monkeypatch.setattr(cost_index, "REBUILD_QUERY_WORK", 2)
+    segments = _mixed(1100, seed=52)
+    index = ClusterCostIndex.build({"a": segments[:600], "b": segments[600:1000]})
+    for s in segments[1000:]:
+        index.add("a", s)
+    index.remove("b", segments[600].id)
+    placement = {"a": [*segments[:600], *segments[1000:]], "b": segments[601:1000]}
+    assert index.delta_size() == 101 and index.static_rows == 1000
+    brute = _brute(placement)
+    queries = 0
+    while index.delta_size():
+        _agree(index, brute, segments[queries % 1100])
+        queries += 1
+        assert queries < 100
+    assert queries == 2 * 1100 // 101 + 1  # 2 x (1000 + 100) rows of work at 101 delta rows a query
+    assert index.static_rows == len(index) == 1099
+    _agree(index, brute, segments[3])
+
+
+def test_a_pair_named_twice_in_an_update_changes_once() -> None:
+    """A static pair removed twice in one update is subtracted once (no other segment of the server cancels),
+    an added pair named twice is one row, and a pair both removed and added is held."""
+    near = [SegmentDescriptor("ds", Interval(T0 + i * 1000, T0 + i * 1000 + 999), f"v{i}") for i in range(50)]
+    index = ClusterCostIndex.build({"a": near, "b": near[:10]})
+    extra = SegmentDescriptor("ds", Interval(T0 - 5000, T0 - 4000), "x")
+    index.update(added=[("b", extra), ("b", extra), ("a", near[3])], removed=[("a", near[3].id), ("a", near[7].id),
+                                                                              ("a", near[7].id)])
+    assert index.delta_size() == 4 and len(index) == 60  # 2 static rows out (one back in the delta), 2 rows in
+    held = [s for s in near if s is not near[7]]
+    brute = _brute({"a": held, "b": [*near[:10], extra]})
+    for probe in near[::5]:
+        _agree(index, brute, probe)
+
+
+_POOL = _mixed(8, seed=53)
+_change = st.tuples(st.sampled_from([*SERVERS, "h7"]), st.booleans(),
+                    st.one_of(st.sampled_from(_POOL), _segment))  # a small pool: pairs named again
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_change, max_size=12), min_size=2, max_size=6), _segment)
+def test_a_bulk_update_is_the_changes_one_by_one(batches: list[list[tuple[str, bool, SegmentDescriptor]]],
+                                                  probe: SegmentDescriptor) -> None:
+    """The index built from a first batch's adds, then batches of changes (duplicates, removes of pairs not held,
+    of static and of added rows, a server and data sources first seen) given to ``update`` (removes, then adds)
+    hold the pairs that remove and add one by one hold, and costs stay exact."""
+    placement: dict[str, dict[SegmentId, SegmentDescriptor]] = {name: {} for name in SERVERS}
+    for server, _, s in batches[0]:
+        placement.setdefault(server, {}).setdefault(s.id, s)
+    index = ClusterCostIndex.build({n: list(v.values()) for n, v in placement.items()})
+    one_by_one = ClusterCostIndex.build({n: list(v.values()) for n, v in placement.items()})
+    for batch in batches[1:]:
+        removed = [(server, s.id) for server, remove, s in batch if remove]
+        added = [(server, s) for server, remove, s in batch if not remove]
+        index.update(added=added, removed=removed)
+        for server, sid in removed:
+            one_by_one.remove(server, sid)
+            placement.get(server, {}).pop(sid, None)
+        for server, s in added:
+            one_by_one.add(server, s)
+            placement.setdefault(server, {}).setdefault(s.id, s)
+        held = {(n, sid) for n, v in placement.items() for sid in v}
+        assert len(index) == len(one_by_one) == len(held)
+        assert all(index.holds(n, sid) for n, sid in held)
+        brute = _brute({n: list(v.values()) for n, v in placement.items()})
+        for p in [probe, *_POOL]:
+            _agree(index, brute, p)
 
 
 def test_cheapest_agrees_with_the_per_server_caches() -> None:
@@ -177,6 +253,7 @@ def test_rebuilds_under_churn_keep_the_delta_exact(monkeypatch: pytest.MonkeyPat
     exactly the placement."""
     import coordinator.balancer.cost_index as module
     monkeypatch.setattr(module, "REBUILD_BASE", 8)
+    monkeypatch.setattr(module, "REBUILD_QUERY_WORK", 1)  # the queries below rebuild too
     rng = np.random.default_rng(81)
     segments = _mixed(300, seed=82)
     names = ["h0", "h1", "h2", "h9"]
