@@ -254,6 +254,9 @@ class _Chunk:
         self.sids[s] = None
         bit = 1 << s
         old = _state_of(self, bit)
+        if self.vm & bit:  # the visible set changes here, not in the next resolve's comparison of masks
+            self.visible_ids = None
+            self.entries = None
         keep = ~bit
         self.slots &= keep
         self.online &= keep
@@ -469,13 +472,23 @@ def _with(gaps: tuple[Interval, ...], chunk: _Chunk, flip: _Chunk, blockers: lis
     added = subtract_sorted(make_piece(lo, hi), blockers)
     if not added:
         return gaps
-    out: list[Interval] = []
-    for piece in sorted((*gaps, *added)):
-        if out and out[-1].end == piece.start:
-            out[-1] = make_piece(out[-1].start, piece.end)
-        else:
-            out.append(piece)
-    return tuple(out)
+    # The added pieces lie between two old ones (none of which overlaps ``flip``): insert them there, merging a
+    # piece that touches its neighbor (what sorting all pieces and merging would give).
+    i = bisect_left(gaps, lo, key=_piece_start)
+    merged = list(added)
+    if i < len(gaps) and gaps[i].start == merged[-1].end:
+        merged[-1] = make_piece(merged[-1].start, gaps[i].end)
+        j = i + 1
+    else:
+        j = i
+    if i and gaps[i - 1].end == merged[0].start:
+        i -= 1
+        merged[0] = make_piece(gaps[i].start, merged[0].end)
+    return (*gaps[:i], *merged, *gaps[j:])
+
+
+def _piece_start(piece: Interval) -> int:
+    return piece.start
 
 
 _Walked = tuple[int, int, _Chunk, Interval, int, int]  # a served piece, its chunk, where the chunk's pieces start/end
@@ -689,7 +702,7 @@ class Timeline:
         for other in chunk.neighbors:  # its neighbors' coverage moves only inside its interval (_recover_after)
             if self._recover_after(other, chunk, was_complete, was_candidate):
                 restate.append(other)
-        self._cover(chunk)
+        self._recover_self(chunk)
         if len(restate) > 1:
             restate.sort(key=_chunk_key)
         for each in restate:
@@ -771,6 +784,31 @@ class Timeline:
             blockers = [o.key for o in others if o.complete or (o.candidate and o.rank > rank)]
             chunk.candidate_gaps = served = subtract_sorted(interval, blockers)
         else:
+            served = ()
+        return self._show(chunk, not gaps, served)
+
+    def _recover_self(self, chunk: _Chunk) -> bool:
+        """:meth:`_cover` of a covered ``chunk`` after its own completeness or candidacy changed and nothing else
+        did: what higher complete chunks leave of it (``hidden_gaps``) and what complete and higher candidate
+        chunks leave of it do not depend on its own verdict, so the first is kept and the second computed only
+        when the chunk now needs it (it is kept only while the chunk is a candidate neither complete nor fully
+        hidden, which the chunk was not before such a change)."""
+        if not chunk.covered:
+            return self._cover(chunk)
+        gaps = chunk.hidden_gaps
+        served: tuple[Interval, ...]
+        if chunk.complete:
+            chunk.candidate_gaps = None
+            served = gaps
+        elif chunk.candidate and gaps:
+            found = chunk.candidate_gaps
+            if found is None:
+                rank = chunk.rank
+                found = chunk.candidate_gaps = subtract_sorted(
+                    chunk.interval, [o.key for o in chunk.neighbors if o.complete or (o.candidate and o.rank > rank)])
+            served = found
+        else:
+            chunk.candidate_gaps = None
             served = ()
         return self._show(chunk, not gaps, served)
 

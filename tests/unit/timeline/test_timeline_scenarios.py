@@ -282,3 +282,16 @@ def test_a_daily_chunk_under_hourly_ones_follows_each_hour_handed_back_and_forth
         assert tl.states() == bulk.states(), step
         assert tl.served_pieces() == bulk.served_pieces(), step
         assert tl.lookup(DAY) == bulk.lookup(DAY), step
+
+
+def test_a_visible_segment_marked_unused_leaves_every_later_lookup() -> None:
+    tl = Timeline("wiki")
+    online(tl, seg(0), seg(1), seg(2))
+    for _ in range(10):  # past the lookups that make the timeline keep a flat copy and each chunk's entries
+        assert served(tl) == [("v1/0", ["01T00-02T00"]), ("v1/1", ["01T00-02T00"]), ("v1/2", ["01T00-02T00"])]
+    tl.mark_unused([seg(1).id])
+    assert served(tl) == [("v1/0", ["01T00-02T00"]), ("v1/2", ["01T00-02T00"])]
+    tl.mark_unused([seg(0).id])
+    for _ in range(10):
+        assert served(tl) == [("v1/2", ["01T00-02T00"])]
+    assert states(tl) == {"v1/2": "visible"}
