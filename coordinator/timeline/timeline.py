@@ -652,7 +652,8 @@ class Timeline:
 
     def announce(self, segment: SegmentDescriptor, server: str) -> list[StateChange]:
         """A server serves the segment (idempotent per server); only a used segment's state can change."""
-        self._check(segment)
+        if segment.data_source != self.data_source:
+            self._check(segment)
         sid = segment.id
         servers = self._servers.get(sid, ())
         if server in servers:
@@ -817,10 +818,16 @@ class Timeline:
         (nothing else changed since ``chunk`` was last covered): the gaps change only inside ``flip``'s interval, so
         they are updated from ``flip``'s neighbors instead of ``chunk``'s (a daily chunk under 24 hourly ones
         re-covers from the hour's few). The result is :meth:`_cover`'s, piece for piece (maximal pieces)."""
-        if not chunk.covered or len(flip.neighbors) >= len(chunk.neighbors):
+        if not chunk.covered:
             return self._cover(chunk)
         rank = chunk.rank
         higher = flip.rank > rank
+        if not higher and (chunk.complete or not chunk.candidate):
+            # A lower chunk hides nothing of this one, and only blocks where a candidate neither complete nor
+            # fully hidden serves: the gaps and the served pieces stay (what _cover would compute again).
+            return False
+        if len(flip.neighbors) >= len(chunk.neighbors):
+            return self._cover(chunk)
         gaps = chunk.hidden_gaps
         if higher and was_complete != flip.complete:
             gaps = _without(gaps, flip) if flip.complete else _with(
