@@ -661,9 +661,10 @@ class Timeline:
         self._servers[sid] = (*servers, server)
         if servers:
             return []
-        self._segments.setdefault(sid, segment)
         if sid not in self._used:
+            self._segments.setdefault(sid, segment)
             return []  # not used: held by the server, served by no one
+        # (a used segment's descriptor is known already: publish stored it)
         interval = sid.interval
         chunk = self._chunks[(interval.start, interval.end, sid.version)]
         chunk.online |= 1 << chunk.slot[sid.partition_id]
@@ -671,13 +672,15 @@ class Timeline:
 
     def unannounce(self, segment_id: SegmentId, server: str) -> list[StateChange]:
         """A server stopped serving the segment (unknown pairs change nothing)."""
-        servers = self._servers.get(segment_id, ())
+        servers = self._servers.pop(segment_id, None)  # (its order in the map is never read: one probe, not two)
+        if servers is None:
+            return []
         if server not in servers:
+            self._servers[segment_id] = servers
             return []
         if len(servers) > 1:
             self._servers[segment_id] = tuple(s for s in servers if s != server)
             return []
-        del self._servers[segment_id]
         if segment_id not in self._used:
             self._segments.pop(segment_id, None)  # neither used nor online: forgotten
             return []
