@@ -702,15 +702,20 @@ class Timeline:
                 self._cover(chunk)  # a new chunk may lie under higher ones
             _restate(chunk, changes)
             return changes
-        restate = [chunk]
-        for other in chunk.neighbors:  # its neighbors' coverage moves only inside its interval (_recover_after)
-            if self._recover_after(other, chunk, was_complete, was_candidate):
-                restate.append(other)
+        more = [other for other in chunk.neighbors  # (_recover_after: their coverage moves inside its interval)
+                if self._recover_after(other, chunk, was_complete, was_candidate)]
         self._recover_self(chunk)
-        if len(restate) > 1:
-            restate.sort(key=_chunk_key)
-        for each in restate:
-            _restate(each, changes)
+        if more:  # restated in key order: the neighbors are, and the chunk goes before the first greater key
+            key = chunk.key
+            for other in more:
+                if key is not None and key < other.key:
+                    _restate(chunk, changes)
+                    key = None
+                _restate(other, changes)
+            if key is not None:
+                _restate(chunk, changes)
+        else:
+            _restate(chunk, changes)
         return changes
 
     def _settle(self, touched: Collection[_Chunk]) -> list[StateChange]:
