@@ -194,22 +194,12 @@ class _Chunk:
     def partitions(self, mask: int) -> list[int]:
         """The partition ids of the slots in ``mask``, in slot order."""
         pids = self.pids
-        out = []
-        while mask:
-            low = mask & -mask
-            out.append(pids[low.bit_length() - 1])
-            mask ^= low
-        return out
+        return [pids[s] for s in _bits(mask)]
 
     def mask(self, partitions: Iterable[int]) -> int:
         """The slots of ``partitions`` (members only) as a mask."""
         slot = self.slot
-        m = 0
-        for p in partitions:
-            s = slot.get(p)
-            if s is not None:
-                m |= 1 << s
-        return m
+        return _mask([s for p in partitions if (s := slot.get(p)) is not None])
 
     def set_member(self, sid: SegmentId, segment: SegmentDescriptor) -> None:
         partition = sid.partition_id
@@ -271,26 +261,25 @@ class _Chunk:
         return None if old == "absent" else old
 
     def _renumber(self) -> None:
-        """Dense slots in partition id order; every mask follows its members."""
+        """Dense slots in partition id order; every mask follows its members (linear in the members: masks are
+        read and built as strings of bits, not one big-int operation per member)."""
         self.reslot = False
         order = sorted(self.slot)
         old_slot = self.slot
+        olds = [old_slot[p] for p in order]
+        width = len(self.pids)
         masks = [self.slots, self.online, self.s_off, self.s_over, self.s_vis, self.s_stby, self.vm, self.ovm]
-        new = [0] * len(masks)
+        new: list[int] = []
+        for m in masks:
+            if not m:
+                new.append(0)
+                continue
+            bits = format(m, "b").zfill(width)[::-1]  # bits[i]: slot i
+            new.append(int("".join([bits[s] for s in reversed(olds)]), 2))
         sids = self.sids
-        new_sids: list[SegmentId | None] = []
-        slot: dict[int, int] = {}
-        for i, p in enumerate(order):
-            s = old_slot[p]
-            bit = 1 << s
-            for j, m in enumerate(masks):
-                if m & bit:
-                    new[j] |= 1 << i
-            slot[p] = i
-            new_sids.append(sids[s])
-        self.slot = slot
+        self.sids = [sids[s] for s in olds]
+        self.slot = {p: i for i, p in enumerate(order)}
         self.pids = order
-        self.sids = new_sids
         self.slots, self.online, self.s_off, self.s_over, self.s_vis, self.s_stby, self.vm, self.ovm = new
 
     def resolve(self) -> None:
@@ -349,6 +338,41 @@ class _Chunk:
         if ids is None:
             ids = self.visible_ids = tuple(self.ids[p] for p in sorted(self.resolution.visible))
         return ids
+
+
+# Masks of more than _WIDE bits with more than _FEW of them set are read through their binary text (linear in
+# the width) instead of one big-int operation per set bit (each linear in the width).
+_WIDE = 256
+_FEW = 32
+
+
+def _bits(mask: int) -> list[int]:
+    """The set bits of ``mask``, lowest first (linear in its width, also for wide chunks)."""
+    if mask.bit_length() <= _WIDE or mask.bit_count() <= _FEW:  # one big-int step per set bit is cheaper
+        out = []
+        while mask:
+            low = mask & -mask
+            out.append(low.bit_length() - 1)
+            mask ^= low
+        return out
+    text = format(mask, "b")[::-1]
+    return [i for i, c in enumerate(text) if c == "1"]
+
+
+def _mask(slots: list[int]) -> int:
+    """The mask of ``slots`` (linear in the largest slot, also for wide chunks)."""
+    if not slots:
+        return 0
+    top = max(slots)
+    if top < _WIDE:
+        m = 0
+        for s in slots:
+            m |= 1 << s
+        return m
+    bits = bytearray(b"0" * (top + 1))
+    for s in slots:
+        bits[top - s] = 49  # "1"
+    return int(bits, 2)
 
 
 def _state_of(chunk: _Chunk, bit: int) -> SegmentState:
@@ -421,6 +445,9 @@ def _restate(chunk: _Chunk, changes: list[StateChange]) -> None:
         return
     chunk.s_off, chunk.s_over, chunk.s_vis, chunk.s_stby = off, over, vis, stby
     sids = chunk.sids
+    if changed.bit_length() > _WIDE and changed.bit_count() > _FEW:
+        _restate_wide(sids, changed, (o_off, o_over, o_vis, o_stby), (off, over, vis, stby), changes)
+        return
     while changed:
         low = changed & -changed
         changed ^= low
@@ -443,6 +470,33 @@ def _restate(chunk: _Chunk, changes: list[StateChange]) -> None:
         else:
             new = "standby"
         changes.append(_state_change(sids[low.bit_length() - 1], old, new))
+
+
+_NAMES: tuple[SegmentState, ...] = ("offline", "overshadowed", "visible", "standby")
+
+
+def _restate_wide(sids: list[SegmentId | None], changed: int, olds: tuple[int, int, int, int],
+                  news: tuple[int, int, int, int], changes: list[StateChange]) -> None:
+    """:func:`_restate`'s loop for a wide chunk: each mask read once as text, so linear in the members."""
+    width = changed.bit_length()
+
+    def text(m: int) -> str:
+        return format(m, "b").zfill(width)[::-1][:width]
+
+    old_t = [text(m) for m in olds]
+    new_t = [text(m) for m in news]
+    for s in _bits(changed):
+        old: SegmentState = "absent"
+        for name, t in zip(_NAMES, old_t, strict=True):
+            if t[s] == "1":
+                old = name
+                break
+        new: SegmentState = "standby"
+        for name, t in zip(_NAMES, new_t, strict=True):
+            if t[s] == "1":
+                new = name
+                break
+        changes.append(_state_change(sids[s], old, new))
 
 
 _FLAT_AFTER = 8
@@ -706,7 +760,7 @@ class Timeline:
                 if self._recover_after(other, chunk, was_complete, was_candidate)]
         self._recover_self(chunk)
         if more:  # restated in key order: the neighbors are, and the chunk goes before the first greater key
-            key = chunk.key
+            key: ChunkKey | None = chunk.key
             for other in more:
                 if key is not None and key < other.key:
                     _restate(chunk, changes)
