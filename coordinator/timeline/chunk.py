@@ -169,6 +169,10 @@ class ChunkStructure:
     via: Mapping[int, tuple[int, ...] | None] = field(default_factory=dict, compare=False, repr=False)
     #: Verdicts already computed, by online set (a pure function of it; bounded, see resolve_structure).
     memo: dict[frozenset[int], ChunkResolution] = field(default_factory=dict, compare=False, repr=False)
+    #: The timeline's form of the same memo: online members as a bit mask over the chunk's member slots (slot i is
+    #: the i-th smallest partition id, the same in every chunk sharing this structure) -> (verdict, visible mask,
+    #: overshadowed mask). Bounded like ``memo``.
+    masks: dict[int, tuple[ChunkResolution, int, int]] = field(default_factory=dict, compare=False, repr=False)
 
 
 def chunk_structure(members: Mapping[int, SegmentDescriptor]) -> ChunkStructure:

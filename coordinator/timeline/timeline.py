@@ -94,12 +94,51 @@ class LookupEntry(NamedTuple):
 
 
 class _Chunk:
-    """Mutable bookkeeping of one (interval, version); only the Timeline touches it."""
+    """Mutable bookkeeping of one (interval, version); only the Timeline touches it.
 
-    __slots__ = ("candidate", "candidate_gaps", "complete", "covered", "entries", "fully_hidden", "hidden_gaps",
-                 "higher", "ids", "interval", "key", "members", "neighbors", "online", "overwrite",
-                 "rank", "removed", "resolution", "served", "states", "structure", "unordered", "version",
-                 "visible_ids")
+    Members are numbered by **slot**: bit ``i`` of every mask below is the member in slot ``i``. After
+    :meth:`resolve` the slots are dense and in partition id order (slot ``i`` holds the ``i``-th smallest partition
+    id), so masks iterate in segment id order and chunks of the same members number them alike (a shared
+    structure's memo of masks answers them all). Between a membership change and the next resolve a joined member
+    may sit in a slot out of order and a dropped one leave a hole (``reslot`` set).
+    """
+
+    __slots__ = (
+        "_res",
+        "candidate",
+        "candidate_gaps",
+        "complete",
+        "core_need",
+        "covered",
+        "entries",
+        "fully_hidden",
+        "hidden_gaps",
+        "higher",
+        "ids",
+        "interval",
+        "key",
+        "members",
+        "neighbors",
+        "online",
+        "overwrite",
+        "ovm",
+        "pids",
+        "rank",
+        "removed",
+        "reslot",
+        "s_off",
+        "s_over",
+        "s_stby",
+        "s_vis",
+        "served",
+        "sids",
+        "slot",
+        "slots",
+        "structure",
+        "version",
+        "visible_ids",
+        "vm",
+    )
 
     def __init__(self, interval: Interval, version: str) -> None:
         self.interval = interval
@@ -107,14 +146,20 @@ class _Chunk:
         self.key: ChunkKey = (interval.start, interval.end, version)
         self.rank = (version, interval.start, interval.end)  # "higher" chunk order
         self.members: dict[int, SegmentDescriptor] = {}
-        # In partition id order (so restating a chunk lists its ids in order) unless ``unordered``: a member that
-        # joins below the highest id only sets the flag, and the next restate sorts once (a publish of n members in
-        # descending order would otherwise sort n times).
         self.ids: dict[int, SegmentId] = {}
-        self.unordered = False
-        self.online: set[int] = set()
-        self.states: dict[int, SegmentState] = {}  # each member's state, by partition id (the only copy)
-        self.resolution = _EMPTY
+        self.slot: dict[int, int] = {}  # partition id -> slot, for every member
+        self.pids: list[int] = []  # slot -> partition id (-1: a hole left by a dropped member)
+        self.sids: list[SegmentId | None] = []  # slot -> segment id
+        self.slots = 0  # bits of the occupied slots
+        self.reslot = False  # slots out of partition order or with holes: renumbered by the next resolve
+        self.online = 0  # bits of the online members (only used members are ever online in a chunk)
+        # Each member's state as four disjoint masks (the only copy; a member in none has no state yet).
+        self.s_off = self.s_over = self.s_vis = self.s_stby = 0
+        # The within-chunk verdict: its visible and overshadowed members as masks, and the verdict object itself
+        # (None: a plain chunk's, built from ``vm`` when read).
+        self.vm = self.ovm = 0
+        self._res: ChunkResolution | None = _EMPTY
+        self.core_need: int | None = 0  # slots of partitions 0..core-1, -1 when one is no member; None: unknown
         # None: members changed since last resolve. A new chunk has no members: the plain structure of none.
         self.structure: ChunkStructure | None = _plain_structure(0)
         self.complete = False
@@ -138,6 +183,23 @@ class _Chunk:
         self.overwrite = False  # dropped from the timeline (its last member left the used set)
         self.entries: list[LookupEntry] | None = None  # lookup entries of the whole served pieces (cache)
 
+    @property
+    def resolution(self) -> ChunkResolution:
+        """The within-chunk verdict (by partition id)."""
+        res = self._res
+        if res is None:  # plain: the online members are the visible ones
+            res = self._res = _resolution(frozenset(self.partitions(self.vm)), _NONE, _NONE, _NONE)
+        return res
+
+    def partitions(self, mask: int) -> list[int]:
+        """The partition ids of the slots in ``mask``, in slot order."""
+        pids = self.pids
+        return [pids[s] for s in _bits(mask)]
+
+    def mask(self, partitions: Iterable[int]) -> int:
+        """The slots of ``partitions`` (members only) as a mask."""
+        slot = self.slot
+        return _mask([s for p in partitions if (s := slot.get(p)) is not None])
 
     def set_member(self, sid: SegmentId, segment: SegmentDescriptor) -> None:
         partition = sid.partition_id
@@ -145,7 +207,8 @@ class _Chunk:
         if members.get(partition) is not segment:
             structure = self.structure
             overwrite = segment.overwrite_spec is not None
-            if (structure is not None and structure.plain and partition not in members and not self.overwrite
+            new = partition not in members
+            if (structure is not None and structure.plain and new and not self.overwrite
                     and not overwrite and _plain(partition, segment)):
                 # A plain segment joining a plain chunk (no declarations, no Druid-form overwrite whose list form
                 # could depend on it) keeps it plain: chunk_structure would only add it to the known ids, which a
@@ -157,48 +220,117 @@ class _Chunk:
             members[partition] = segment
             if overwrite:
                 self.overwrite = True
-            ids = self.ids
-            if partition not in ids and ids and partition < next(reversed(ids)):
-                self.unordered = True
-            ids[partition] = sid
-
-    def ordered_ids(self) -> dict[int, SegmentId]:
-        """``ids`` in partition id order (sorted here once after out-of-order joins)."""
-        if self.unordered:
-            self.ids = dict(sorted(self.ids.items()))
-            self.unordered = False
-        return self.ids
+            self.ids[partition] = sid
+            if new:
+                pids = self.pids
+                if pids and partition < pids[-1]:
+                    self.reslot = True
+                s = self.slot[partition] = len(pids)
+                pids.append(partition)
+                self.sids.append(sid)
+                self.slots |= 1 << s
+                self.core_need = None
+            else:
+                self.sids[self.slot[partition]] = sid
 
     def drop_member(self, partition: int) -> SegmentState | None:
         """Forget a member; returns the state it had (None when it had none)."""
-        if self.members.pop(partition, None) is not None:
-            del self.ids[partition]
-            self.structure = None
-        self.online.discard(partition)
-        return self.states.pop(partition, None)
+        if self.members.pop(partition, None) is None:
+            return None
+        del self.ids[partition]
+        self.structure = None
+        s = self.slot.pop(partition)
+        self.pids[s] = -1
+        self.sids[s] = None
+        bit = 1 << s
+        old = _state_of(self, bit)
+        if self.vm & bit:  # the visible set changes here, not in the next resolve's comparison of masks
+            self.visible_ids = None
+            self.entries = None
+        keep = ~bit
+        self.slots &= keep
+        self.online &= keep
+        self.s_off &= keep
+        self.s_over &= keep
+        self.s_vis &= keep
+        self.s_stby &= keep
+        self.vm &= keep
+        self.ovm &= keep
+        self.reslot = True
+        self.core_need = None
+        return None if old == "absent" else old
+
+    def _renumber(self) -> None:
+        """Dense slots in partition id order; every mask follows its members (linear in the members: masks are
+        read and built as strings of bits, not one big-int operation per member)."""
+        self.reslot = False
+        order = sorted(self.slot)
+        old_slot = self.slot
+        olds = [old_slot[p] for p in order]
+        width = len(self.pids)
+        masks = [self.slots, self.online, self.s_off, self.s_over, self.s_vis, self.s_stby, self.vm, self.ovm]
+        new: list[int] = []
+        for m in masks:
+            if not m:
+                new.append(0)
+                continue
+            bits = format(m, "b").zfill(width)[::-1]  # bits[i]: slot i
+            new.append(int("".join([bits[s] for s in reversed(olds)]), 2))
+        sids = self.sids
+        self.sids = [sids[s] for s in olds]
+        self.slot = {p: i for i, p in enumerate(order)}
+        self.pids = order
+        self.slots, self.online, self.s_off, self.s_over, self.s_vis, self.s_stby, self.vm, self.ovm = new
 
     def resolve(self) -> None:
+        if self.reslot:
+            self._renumber()
         structure = self.structure
         if structure is None:
             members = self.members  # the list form only when a Druid-form overwrite may be among them
             structure = self.structure = shared_structure(as_list_form(members) if self.overwrite else members)
-        before = self.resolution.visible
         online = self.online
         if structure.plain:  # resolve_structure's plain case, inlined (most chunks)
             # The known ids ∩ online is the online set itself: only used members are ever online in a chunk
             # (announce and publish add a partition only when its segment is used, drop_member removes it).
-            self.resolution = resolution = _resolution(frozenset(online), _NONE, _NONE, _NONE)
+            vm = online
+            ovm = 0
+            res: ChunkResolution | None = None
         else:
-            self.resolution = resolution = resolve_structure(structure, online)
-        visible = resolution.visible
-        self.candidate = bool(visible)
-        core = structure.core
-        self.complete = bool(visible) and (not core or online.issuperset(
-            _CORES[core] if core < len(_CORES) else range(core)))
-        if visible != before:
+            memo = structure.masks
+            found = memo.get(online)
+            if found is None:
+                res = resolve_structure(structure, frozenset(self.partitions(online)))
+                found = (res, self.mask(res.visible), self.mask(res.overshadowed))
+                if len(memo) >= _MASKS_MAX:
+                    memo.clear()
+                memo[online] = found
+            res, vm, ovm = found
+        self.candidate = bool(vm)
+        need = self.core_need
+        if need is None:
+            need = self.core_need = self._core_need(structure.core)
+        self.complete = bool(vm) and (online & need == need if need >= 0 else False)
+        self.ovm = ovm
+        self._res = res
+        if vm != self.vm:
+            self.vm = vm
             # Built again by the next lookup that needs it (a churn flips the visible set twice between lookups).
             self.visible_ids = None
             self.entries = None
+
+    def _core_need(self, core: int) -> int:
+        """The slots of core partitions 0..core-1, or -1 when one of them is not a member (never complete)."""
+        if core > len(self.slot):
+            return -1
+        slot = self.slot
+        need = 0
+        for p in range(core):
+            s = slot.get(p)
+            if s is None:
+                return -1
+            need |= 1 << s
+        return need
 
     def visible_segment_ids(self) -> tuple[SegmentId, ...]:
         """The ids of the visible members, by partition id (cached until the visible set changes)."""
@@ -206,6 +338,54 @@ class _Chunk:
         if ids is None:
             ids = self.visible_ids = tuple(self.ids[p] for p in sorted(self.resolution.visible))
         return ids
+
+
+# Masks of more than _WIDE bits with more than _FEW of them set are read through their binary text (linear in
+# the width) instead of one big-int operation per set bit (each linear in the width).
+_WIDE = 256
+_FEW = 32
+
+
+def _bits(mask: int) -> list[int]:
+    """The set bits of ``mask``, lowest first (linear in its width, also for wide chunks)."""
+    if mask.bit_length() <= _WIDE or mask.bit_count() <= _FEW:  # one big-int step per set bit is cheaper
+        out = []
+        while mask:
+            low = mask & -mask
+            out.append(low.bit_length() - 1)
+            mask ^= low
+        return out
+    text = format(mask, "b")[::-1]
+    return [i for i, c in enumerate(text) if c == "1"]
+
+
+def _mask(slots: list[int]) -> int:
+    """The mask of ``slots`` (linear in the largest slot, also for wide chunks)."""
+    if not slots:
+        return 0
+    top = max(slots)
+    if top < _WIDE:
+        m = 0
+        for s in slots:
+            m |= 1 << s
+        return m
+    bits = bytearray(b"0" * (top + 1))
+    for s in slots:
+        bits[top - s] = 49  # "1"
+    return int(bits, 2)
+
+
+def _state_of(chunk: _Chunk, bit: int) -> SegmentState:
+    """The recorded state of the member in the slot of ``bit`` ("absent": none yet)."""
+    if chunk.s_off & bit:
+        return "offline"
+    if chunk.s_over & bit:
+        return "overshadowed"
+    if chunk.s_vis & bit:
+        return "visible"
+    if chunk.s_stby & bit:
+        return "standby"
+    return "absent"
 
 
 _CORES = [frozenset(range(n)) for n in range(257)]  # core partitions 0..n-1, shared
@@ -226,6 +406,7 @@ _resolution = constructor(ChunkResolution)
 
 
 _PENDING_MAX = 4096
+_MASKS_MAX = 16  # a shared structure's memo of masks, bounded like chunk.resolve_structure's
 
 
 def _plain(partition: int, segment: SegmentDescriptor) -> bool:
@@ -237,27 +418,85 @@ def _plain(partition: int, segment: SegmentDescriptor) -> bool:
     return not group or all(p == partition for p in group)
 
 
-def _restate(chunk: _Chunk, changes: list[StateChange]) -> None:
-    """Append the changes of ``chunk``'s members' states (by partition id) and record the new states."""
-    known = chunk.states
+def _new_states(chunk: _Chunk) -> tuple[int, int, int, int]:
+    """The members' states the chunk's verdict and coverage give, as (offline, overshadowed, visible, standby)
+    masks: offline when not online; overshadowed when hidden in the chunk or the chunk is fully hidden; visible
+    when visible in the chunk and the chunk serves somewhere; standby otherwise."""
     online = chunk.online
-    res = chunk.resolution
-    hidden, overshadowed, visible = chunk.fully_hidden, res.overshadowed, res.visible
-    served = bool(chunk.served)
-    for p, sid in (chunk.ordered_ids() if chunk.unordered else chunk.ids).items():
-        # Timeline._state_in, inlined (this loop runs for every member of every restated chunk)
-        if p not in online:
+    over = online if chunk.fully_hidden else online & chunk.ovm
+    rest = online ^ over
+    vis = rest & chunk.vm if chunk.served else 0
+    return chunk.slots & ~online, over, vis, rest ^ vis
+
+
+def _restate(chunk: _Chunk, changes: list[StateChange]) -> None:
+    """Append the changes of ``chunk``'s members' states (by partition id) and record the new states.
+
+    Computed on masks: only the members whose state changed are visited (slot order is partition id order)."""
+    online = chunk.online
+    over = online if chunk.fully_hidden else online & chunk.ovm
+    rest = online ^ over
+    vis = rest & chunk.vm if chunk.served else 0
+    stby = rest ^ vis
+    off = chunk.slots & ~online
+    o_off, o_over, o_vis, o_stby = chunk.s_off, chunk.s_over, chunk.s_vis, chunk.s_stby
+    changed = (off ^ o_off) | (over ^ o_over) | (vis ^ o_vis) | (stby ^ o_stby)
+    if not changed:
+        return
+    chunk.s_off, chunk.s_over, chunk.s_vis, chunk.s_stby = off, over, vis, stby
+    sids = chunk.sids
+    if changed.bit_length() > _WIDE and changed.bit_count() > _FEW:
+        _restate_wide(sids, changed, (o_off, o_over, o_vis, o_stby), (off, over, vis, stby), changes)
+        return
+    while changed:
+        low = changed & -changed
+        changed ^= low
+        if o_off & low:
+            old: SegmentState = "offline"
+        elif o_over & low:
+            old = "overshadowed"
+        elif o_vis & low:
+            old = "visible"
+        elif o_stby & low:
+            old = "standby"
+        else:
+            old = "absent"
+        if off & low:
             new: SegmentState = "offline"
-        elif hidden or p in overshadowed:
+        elif over & low:
             new = "overshadowed"
-        elif served and p in visible:
+        elif vis & low:
             new = "visible"
         else:
             new = "standby"
-        old = known.get(p, "absent")
-        if new != old:
-            known[p] = new
-            changes.append(_state_change(sid, old, new))
+        changes.append(_state_change(sids[low.bit_length() - 1], old, new))
+
+
+_NAMES: tuple[SegmentState, ...] = ("offline", "overshadowed", "visible", "standby")
+
+
+def _restate_wide(sids: list[SegmentId | None], changed: int, olds: tuple[int, int, int, int],
+                  news: tuple[int, int, int, int], changes: list[StateChange]) -> None:
+    """:func:`_restate`'s loop for a wide chunk: each mask read once as text, so linear in the members."""
+    width = changed.bit_length()
+
+    def text(m: int) -> str:
+        return format(m, "b").zfill(width)[::-1][:width]
+
+    old_t = [text(m) for m in olds]
+    new_t = [text(m) for m in news]
+    for s in _bits(changed):
+        old: SegmentState = "absent"
+        for name, t in zip(_NAMES, old_t, strict=True):
+            if t[s] == "1":
+                old = name
+                break
+        new: SegmentState = "standby"
+        for name, t in zip(_NAMES, new_t, strict=True):
+            if t[s] == "1":
+                new = name
+                break
+        changes.append(_state_change(sids[s], old, new))
 
 
 _FLAT_AFTER = 8
@@ -287,13 +526,23 @@ def _with(gaps: tuple[Interval, ...], chunk: _Chunk, flip: _Chunk, blockers: lis
     added = subtract_sorted(make_piece(lo, hi), blockers)
     if not added:
         return gaps
-    out: list[Interval] = []
-    for piece in sorted((*gaps, *added)):
-        if out and out[-1].end == piece.start:
-            out[-1] = make_piece(out[-1].start, piece.end)
-        else:
-            out.append(piece)
-    return tuple(out)
+    # The added pieces lie between two old ones (none of which overlaps ``flip``): insert them there, merging a
+    # piece that touches its neighbor (what sorting all pieces and merging would give).
+    i = bisect_left(gaps, lo, key=_piece_start)
+    merged = list(added)
+    if i < len(gaps) and gaps[i].start == merged[-1].end:
+        merged[-1] = make_piece(merged[-1].start, gaps[i].end)
+        j = i + 1
+    else:
+        j = i
+    if i and gaps[i - 1].end == merged[0].start:
+        i -= 1
+        merged[0] = make_piece(gaps[i].start, merged[0].end)
+    return (*gaps[:i], *merged, *gaps[j:])
+
+
+def _piece_start(piece: Interval) -> int:
+    return piece.start
 
 
 _Walked = tuple[int, int, _Chunk, Interval, int, int]  # a served piece, its chunk, where the chunk's pieces start/end
@@ -344,7 +593,7 @@ class Timeline:
         # change drops it, so interleaved changes and lookups never pay for copies.
         self._flat: tuple[list[int], list[_Walked]] | None = None
         self._quiet_lookups = 0
-        # Members' states live in their chunks (``_Chunk.states``, by partition id: no SegmentId hashing on the hot
+        # Members' states live in their chunks (``_Chunk``'s state masks, by slot: no SegmentId hashing on the hot
         # path); segments that left the used set in the current mutation wait here with their last state.
         self._forgotten: list[tuple[SegmentId, SegmentState]] = []
 
@@ -374,14 +623,13 @@ class Timeline:
             chunk = tl._chunk_for(seg)
             chunk.set_member(sid, seg)
             if sid in tl._servers:
-                chunk.online.add(sid.partition_id)
+                chunk.online |= 1 << chunk.slot[sid.partition_id]
         for chunk in tl._chunks.values():
             chunk.resolve()
         for chunk in tl._chunks.values():
             tl._cover(chunk)
         for chunk in tl._chunks.values():
-            for p in chunk.ids:
-                chunk.states[p] = tl._state_in(chunk, p)
+            chunk.s_off, chunk.s_over, chunk.s_vis, chunk.s_stby = _new_states(chunk)
         return tl
 
     def _check(self, seg: SegmentDescriptor) -> None:
@@ -434,7 +682,7 @@ class Timeline:
             chunk = self._chunk_for(seg)
             chunk.set_member(sid, seg)
             if sid in self._servers:  # announced before its publish was read: online at once
-                chunk.online.add(sid.partition_id)
+                chunk.online |= 1 << chunk.slot[sid.partition_id]
             touched[chunk] = None
         if len(touched) == 1:
             return self._settle_one(next(iter(touched)))
@@ -458,7 +706,8 @@ class Timeline:
 
     def announce(self, segment: SegmentDescriptor, server: str) -> list[StateChange]:
         """A server serves the segment (idempotent per server); only a used segment's state can change."""
-        self._check(segment)
+        if segment.data_source != self.data_source:
+            self._check(segment)
         sid = segment.id
         servers = self._servers.get(sid, ())
         if server in servers:
@@ -466,29 +715,32 @@ class Timeline:
         self._servers[sid] = (*servers, server)
         if servers:
             return []
-        self._segments.setdefault(sid, segment)
         if sid not in self._used:
+            self._segments.setdefault(sid, segment)
             return []  # not used: held by the server, served by no one
+        # (a used segment's descriptor is known already: publish stored it)
         interval = sid.interval
         chunk = self._chunks[(interval.start, interval.end, sid.version)]
-        chunk.online.add(sid.partition_id)
+        chunk.online |= 1 << chunk.slot[sid.partition_id]
         return self._settle_one(chunk)
 
     def unannounce(self, segment_id: SegmentId, server: str) -> list[StateChange]:
         """A server stopped serving the segment (unknown pairs change nothing)."""
-        servers = self._servers.get(segment_id, ())
+        servers = self._servers.pop(segment_id, None)  # (its order in the map is never read: one probe, not two)
+        if servers is None:
+            return []
         if server not in servers:
+            self._servers[segment_id] = servers
             return []
         if len(servers) > 1:
             self._servers[segment_id] = tuple(s for s in servers if s != server)
             return []
-        del self._servers[segment_id]
         if segment_id not in self._used:
             self._segments.pop(segment_id, None)  # neither used nor online: forgotten
             return []
         interval = segment_id.interval
         chunk = self._chunks[(interval.start, interval.end, segment_id.version)]
-        chunk.online.discard(segment_id.partition_id)
+        chunk.online &= ~(1 << chunk.slot[segment_id.partition_id])
         return self._settle_one(chunk)
 
     def _settle_one(self, chunk: _Chunk) -> list[StateChange]:
@@ -504,15 +756,20 @@ class Timeline:
                 self._cover(chunk)  # a new chunk may lie under higher ones
             _restate(chunk, changes)
             return changes
-        restate = [chunk]
-        for other in chunk.neighbors:  # its neighbors' coverage moves only inside its interval (_recover_after)
-            if self._recover_after(other, chunk, was_complete, was_candidate):
-                restate.append(other)
-        self._cover(chunk)
-        if len(restate) > 1:
-            restate.sort(key=_chunk_key)
-        for each in restate:
-            _restate(each, changes)
+        more = [other for other in chunk.neighbors  # (_recover_after: their coverage moves inside its interval)
+                if self._recover_after(other, chunk, was_complete, was_candidate)]
+        self._recover_self(chunk)
+        if more:  # restated in key order: the neighbors are, and the chunk goes before the first greater key
+            key: ChunkKey | None = chunk.key
+            for other in more:
+                if key is not None and key < other.key:
+                    _restate(chunk, changes)
+                    key = None
+                _restate(other, changes)
+            if key is not None:
+                _restate(chunk, changes)
+        else:
+            _restate(chunk, changes)
         return changes
 
     def _settle(self, touched: Collection[_Chunk]) -> list[StateChange]:
@@ -593,15 +850,46 @@ class Timeline:
             served = ()
         return self._show(chunk, not gaps, served)
 
+    def _recover_self(self, chunk: _Chunk) -> bool:
+        """:meth:`_cover` of a covered ``chunk`` after its own completeness or candidacy changed and nothing else
+        did: what higher complete chunks leave of it (``hidden_gaps``) and what complete and higher candidate
+        chunks leave of it do not depend on its own verdict, so the first is kept and the second computed only
+        when the chunk now needs it (it is kept only while the chunk is a candidate neither complete nor fully
+        hidden, which the chunk was not before such a change)."""
+        if not chunk.covered:
+            return self._cover(chunk)
+        gaps = chunk.hidden_gaps
+        served: tuple[Interval, ...]
+        if chunk.complete:
+            chunk.candidate_gaps = None
+            served = gaps
+        elif chunk.candidate and gaps:
+            found = chunk.candidate_gaps
+            if found is None:
+                rank = chunk.rank
+                found = chunk.candidate_gaps = subtract_sorted(
+                    chunk.interval, [o.key for o in chunk.neighbors if o.complete or (o.candidate and o.rank > rank)])
+            served = found
+        else:
+            chunk.candidate_gaps = None
+            served = ()
+        return self._show(chunk, not gaps, served)
+
     def _recover_after(self, chunk: _Chunk, flip: _Chunk, was_complete: bool, was_candidate: bool) -> bool:
         """:meth:`_cover` of ``chunk`` after one overlapping chunk, ``flip``, changed its completeness or candidacy
         (nothing else changed since ``chunk`` was last covered): the gaps change only inside ``flip``'s interval, so
         they are updated from ``flip``'s neighbors instead of ``chunk``'s (a daily chunk under 24 hourly ones
         re-covers from the hour's few). The result is :meth:`_cover`'s, piece for piece (maximal pieces)."""
-        if not chunk.covered or len(flip.neighbors) >= len(chunk.neighbors):
+        if not chunk.covered:
             return self._cover(chunk)
         rank = chunk.rank
         higher = flip.rank > rank
+        if not higher and (chunk.complete or not chunk.candidate):
+            # A lower chunk hides nothing of this one, and only blocks where a candidate neither complete nor
+            # fully hidden serves: the gaps and the served pieces stay (what _cover would compute again).
+            return False
+        if len(flip.neighbors) >= len(chunk.neighbors):
+            return self._cover(chunk)
         gaps = chunk.hidden_gaps
         if higher and was_complete != flip.complete:
             gaps = _without(gaps, flip) if flip.complete else _with(
@@ -678,16 +966,6 @@ class Timeline:
         chunk.served = ()
         chunk.entries = None
 
-    def _state_in(self, chunk: _Chunk, p: int) -> SegmentState:
-        if p not in chunk.online:
-            return "offline"
-        res = chunk.resolution
-        if chunk.fully_hidden or p in res.overshadowed:
-            return "overshadowed"
-        if p in res.visible and chunk.served:
-            return "visible"
-        return "standby"
-
     # -- queries ------------------------------------------------------------------------
     def state(self, segment_id: SegmentId) -> SegmentState:
         if segment_id.data_source != self.data_source:
@@ -696,13 +974,13 @@ class Timeline:
         if chunk is None:
             return "absent"
         p = segment_id.partition_id
-        found = chunk.states.get(p)
-        return "absent" if found is None or chunk.ids[p] != segment_id else found
+        s = chunk.slot.get(p)
+        return "absent" if s is None or chunk.ids[p] != segment_id else _state_of(chunk, 1 << s)
 
     def states(self) -> dict[SegmentId, SegmentState]:
         """Every known segment's state, by segment id."""
-        pairs = [(sid, chunk.states[p]) for chunk in self._chunks.values() for p, sid in chunk.ids.items()
-                 if p in chunk.states]
+        pairs = [(sid, st) for chunk in self._chunks.values() for p, sid in chunk.ids.items()
+                 if (st := _state_of(chunk, 1 << chunk.slot[p])) != "absent"]
         pairs.sort(key=_pair_order)
         return dict(pairs)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.timeline.timeline import Timeline
+from coordinator.timeline.timeline import StateChange, Timeline
 from events import Interval, SegmentDescriptor
 
 DAY = Interval.parse("2026-01-01/P1D")
@@ -282,3 +282,53 @@ def test_a_daily_chunk_under_hourly_ones_follows_each_hour_handed_back_and_forth
         assert tl.states() == bulk.states(), step
         assert tl.served_pieces() == bulk.served_pieces(), step
         assert tl.lookup(DAY) == bulk.lookup(DAY), step
+
+
+def test_a_visible_segment_marked_unused_leaves_every_later_lookup() -> None:
+    tl = Timeline("wiki")
+    online(tl, seg(0), seg(1), seg(2))
+    for _ in range(10):  # past the lookups that make the timeline keep a flat copy and each chunk's entries
+        assert served(tl) == [("v1/0", ["01T00-02T00"]), ("v1/1", ["01T00-02T00"]), ("v1/2", ["01T00-02T00"])]
+    tl.mark_unused([seg(1).id])
+    assert served(tl) == [("v1/0", ["01T00-02T00"]), ("v1/2", ["01T00-02T00"])]
+    tl.mark_unused([seg(0).id])
+    for _ in range(10):
+        assert served(tl) == [("v1/2", ["01T00-02T00"])]
+    assert states(tl) == {"v1/2": "visible"}
+
+
+def test_a_chunk_of_hundreds_of_members_reports_exactly_what_changed() -> None:
+    """Wide chunks (over 256 members, many states changing at once) take the timeline's linear mask paths: the
+    changes are exactly the differences of the states before and after, in id order. A lone plain chunk serves
+    its interval whether complete or not, so every online member is visible and every other one offline."""
+    tl = Timeline("wiki")
+    members = [seg(p, core=300) for p in reversed(range(400))]  # published in descending order
+    for s in members[::2]:
+        tl.announce(s, "h1")  # announced before the publish: online at once
+    used = {s.id: s for s in members}
+    online = {s.id: s for s in members[::2]}
+    before: dict[object, str] = {}
+
+    def check(changes: list[StateChange]) -> None:
+        after = {sid: "visible" if sid in online else "offline" for sid in sorted(used)}
+        assert tl.states() == after
+        ids = sorted(set(before) | set(after))
+        diff = [(sid, before.get(sid, "absent"), after.get(sid, "absent")) for sid in ids
+                if before.get(sid) != after.get(sid)]
+        assert [(c.segment_id, c.old, c.new) for c in changes] == diff
+        before.clear()
+        before.update(after)
+
+    changes = tl.publish(members)
+    assert len(changes) == 400
+    check(changes)
+    for s in members[1:300:2]:  # the last of these completes the chunk: 300 core partitions
+        online[s.id] = s
+        check(tl.announce(s, "h1"))
+    gone = [s.id for s in members[::7]]
+    for sid in gone:
+        used.pop(sid)
+    check(tl.mark_unused(gone))
+    for s in members[:300:3]:
+        online.pop(s.id, None)
+        check(tl.unannounce(s.id, "h1"))
