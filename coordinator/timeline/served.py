@@ -19,8 +19,9 @@ Invariants:
 - A block's derived lists (``offsets``, ``entries``, ``multi``) are either ``None`` (stale) or equal what
   :meth:`_Block.refresh` would build now. Every write that can change them marks the block stale: adding or
   removing a piece marks its block, and a chunk whose served pieces or visible segments changed is passed to
-  :meth:`ServedPieces.touch`, which marks the blocks of its pieces before the next query. A stale block is rebuilt
-  only when a query reads it: a change costs O(1) when made and O(block) once at the next read of its block.
+  :meth:`ServedPieces.touch` (O(1)); before the next query a touched chunk serving one piece has its entries
+  replaced in its block in place (two bisections and a slice assignment), any other has its blocks marked stale.
+  A stale block is rebuilt only when a query reads it (O(block) once for all the changes it collected).
 - Results equal the piece-by-piece walk for any history and any query (tests/unit/timeline).
 """
 
@@ -161,13 +162,39 @@ class ServedPieces(Generic[C]):
             self._firsts[b] = block.starts[0]
 
     def _mark_touched(self) -> None:
+        """Bring the blocks of the touched chunks up to date: a one-piece chunk's entries are replaced in place in
+        its block (a slice assignment, and the offsets after it shifted when their count changed); the blocks of
+        any other touched chunk are marked stale."""
         touched = self._touched
         blocks, firsts = self._blocks, self._firsts
         for chunk in touched:
-            for piece in chunk.served:
-                b = bisect_right(firsts, piece.start) - 1
-                if b >= 0:
-                    blocks[b].offsets = None
+            served = chunk.served
+            if len(served) != 1:
+                for piece in served:
+                    b = bisect_right(firsts, piece.start) - 1
+                    if b >= 0:
+                        blocks[b].offsets = None
+                continue
+            start = served[0].start
+            b = bisect_right(firsts, start) - 1
+            if b < 0:
+                continue
+            block = blocks[b]
+            offsets = block.offsets
+            if offsets is None:
+                continue  # rebuilt when read
+            k = bisect_left(block.starts, start)
+            multi = block.multi
+            if k == len(block.starts) or block.pieces[k][2] is not chunk or (
+                    multi is not None and multi[k + 1] != multi[k]):  # it served several pieces: not laid flat yet
+                block.offsets = None
+                continue
+            new = chunk.lookup_entries()
+            lo, hi = offsets[k], offsets[k + 1]
+            block.entries[lo:hi] = new
+            shift = len(new) - (hi - lo)
+            if shift:
+                offsets[k + 1:] = [o + shift for o in offsets[k + 1:]]
         touched.clear()
 
     def _spans(self, qs: int, qe: int) -> list[tuple[_Block[C], int, int]]:
@@ -215,28 +242,31 @@ class ServedPieces(Generic[C]):
             multi = block.multi
             if multi is not None and multi[j] != multi[i]:
                 return self._walk(spans, qs, qe)
-        out: list[LookupEntry] = []
         # No several-piece chunk among them: one-piece chunks answer with their entries, laid flat per block; only
         # the first and the last piece can be cut by the query.
         first_block, fi, fj = spans[0]
         last_block, _li, lj = spans[-1]
         start, end, chunk, piece = first_block.pieces[fi]
         head = start < qs or end > qe
-        if head:
-            out += _cut(chunk, piece, qs, qe)
-            if len(spans) == 1 and fj - fi == 1:
-                return out
+        one = len(spans) == 1 and fj - fi == 1  # a single piece
+        out = _cut(chunk, piece, qs, qe) if head else []
+        if head and one:
+            return out
         start, end, chunk, piece = last_block.pieces[lj - 1]
-        tail = end > qe and not (len(spans) == 1 and fj - fi == 1)
+        tail = end > qe and not one
+        last = len(spans) - 1
         for n, (block, i, j) in enumerate(spans):
             if n == 0 and head:
                 i += 1
-            if n == len(spans) - 1 and tail:
+            if n == last and tail:
                 j -= 1
             if j > i:
                 offsets = block.offsets
                 assert offsets is not None
-                out += block.entries[offsets[i]:offsets[j]]
+                if out:
+                    out += block.entries[offsets[i]:offsets[j]]
+                else:  # the slice is a new list: the answer itself
+                    out = block.entries[offsets[i]:offsets[j]]
         if tail:
             out += _cut(chunk, piece, qs, qe)
         return out
