@@ -161,6 +161,11 @@ class ServedPieces(Generic[C]):
         else:
             self._firsts[b] = block.starts[0]
 
+    def settle(self) -> None:
+        """Apply the touched chunks now, as the next query would (frees the set of touched chunks)."""
+        if self._touched:
+            self._mark_touched()
+
     def _mark_touched(self) -> None:
         """Bring the blocks of the touched chunks up to date: a one-piece chunk's entries are replaced in place in
         its block (a slice assignment, and the offsets after it shifted when their count changed); the blocks of

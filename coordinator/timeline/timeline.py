@@ -365,6 +365,8 @@ class Timeline:
             chunk.resolve()
         for chunk in tl._chunks.values():
             tl._cover(chunk)
+        tl._file_pending()
+        tl._served.settle()  # every served chunk was touched: do not keep them all until the first lookup
         for chunk in tl._chunks.values():
             for p in chunk.ids:
                 chunk.states[p] = tl._state_in(chunk, p)
