@@ -99,12 +99,14 @@ def _cut(chunk: ServingChunk, piece: Interval, qs: int, qe: int) -> list[LookupE
 class ServedPieces(Generic[C]):
     """The disjoint served pieces of a timeline, by start, with the flat lookup layout described above."""
 
-    __slots__ = ("_blocks", "_firsts", "_touched")
+    __slots__ = ("_blocks", "_firsts", "touched")
 
     def __init__(self) -> None:
         self._blocks: list[_Block[C]] = []
         self._firsts: list[int] = []
-        self._touched: dict[C, None] = {}  # chunks whose blocks are marked stale at the next query
+        # Chunks whose served pieces or visible segments changed since the last query (``touch``; a hot caller may
+        # store into the dict directly): their blocks are brought up to date before the next query.
+        self.touched: dict[C, None] = {}
 
     def __iter__(self) -> Iterator[tuple[int, int, C, Interval]]:
         """The pieces (start, end, chunk serving it, piece) in time order."""
@@ -116,7 +118,7 @@ class ServedPieces(Generic[C]):
 
     def touch(self, chunk: C) -> None:
         """``chunk``'s served pieces or visible segments changed: its blocks are stale (marked at the next query)."""
-        self._touched[chunk] = None
+        self.touched[chunk] = None
 
     def add(self, start: int, end: int, chunk: C, piece: Interval) -> None:
         """File a piece (disjoint from every filed piece)."""
@@ -163,14 +165,14 @@ class ServedPieces(Generic[C]):
 
     def settle(self) -> None:
         """Apply the touched chunks now, as the next query would (frees the set of touched chunks)."""
-        if self._touched:
+        if self.touched:
             self._mark_touched()
 
     def _mark_touched(self) -> None:
         """Bring the blocks of the touched chunks up to date: a one-piece chunk's entries are replaced in place in
         its block (a slice assignment, and the offsets after it shifted when their count changed); the blocks of
         any other touched chunk are marked stale."""
-        touched = self._touched
+        touched = self.touched
         blocks, firsts = self._blocks, self._firsts
         for chunk in touched:
             served = chunk.served
@@ -230,13 +232,13 @@ class ServedPieces(Generic[C]):
 
     def lookup_by_piece(self, qs: int, qe: int) -> list[LookupEntry]:
         """:meth:`lookup` walking every piece (the path taken before the flat layout; the reference of the tests)."""
-        if self._touched:
+        if self.touched:
             self._mark_touched()
         return self._walk(self._spans(qs, qe), qs, qe)
 
     def lookup(self, qs: int, qe: int) -> list[LookupEntry]:
         """The entries of the non-empty query [qs, qe) (see the module docstring for the order)."""
-        if self._touched:
+        if self.touched:
             self._mark_touched()
         spans = self._spans(qs, qe)
         if not spans:

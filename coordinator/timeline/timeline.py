@@ -325,6 +325,7 @@ class Timeline:
         # The disjoint served pieces (start, end, chunk, piece) in time order, laid flat for lookups; a chunk whose
         # served pieces or visible segments change is touched (ServedPieces.touch) so its entries are rebuilt.
         self._served: ServedPieces[_Chunk] = ServedPieces()
+        self._entries_changed = self._served.touched  # ServedPieces.touch without a call, on the hot paths
         # Filings (+1) and withdrawals (-1) of served pieces not yet applied to ``_served``: a piece handed from
         # one chunk to another and back (an announce undone) cancels here instead of costing four list updates.
         # Applied before every read of ``_served`` and whenever it grows past _PENDING_MAX.
@@ -486,7 +487,7 @@ class Timeline:
             return self._settle((chunk,))
         was_complete, was_candidate = chunk.complete, chunk.candidate
         if chunk.resolve() and chunk.served:
-            self._served.touch(chunk)  # its visible segments changed: so did its lookup entries
+            self._entries_changed[chunk] = None  # its visible segments changed: so did its lookup entries
         changes: list[StateChange] = []
         if chunk.complete == was_complete and chunk.candidate == was_candidate:
             if not chunk.covered:
@@ -518,7 +519,7 @@ class Timeline:
         for chunk in sorted(touched, key=_chunk_key) if len(touched) > 1 else touched:
             was_complete, was_candidate = chunk.complete, chunk.candidate
             if chunk.resolve() and chunk.served:
-                self._served.touch(chunk)  # its visible segments changed: so did its lookup entries
+                self._entries_changed[chunk] = None  # its visible segments changed: so did its lookup entries
             if not chunk.members:
                 key = chunk.key
                 neighbors = self._unlink(chunk)
@@ -643,7 +644,7 @@ class Timeline:
             chunk.entries = None
             # Pieces filed or withdrawn mark their own blocks; a piece the chunk keeps may sit in another block,
             # whose flat entries must learn that the chunk now serves one piece or several.
-            self._served.touch(chunk)
+            self._entries_changed[chunk] = None
             changed = True
         return changed
 
