@@ -16,12 +16,13 @@ Invariants:
 
 - ``_firsts[b]`` is the start of block ``b``'s first piece; blocks are non-empty and their pieces disjoint and in
   start order across blocks (so starts are unique).
-- A block's derived lists (``offsets``, ``entries``, ``multi``) are either ``None`` (stale) or equal what
-  :meth:`_Block.refresh` would build now. Every write that can change them marks the block stale: adding or
-  removing a piece marks its block, and a chunk whose served pieces or visible segments changed is passed to
-  :meth:`ServedPieces.touch` (O(1)); before the next query a touched chunk serving one piece has its entries
-  replaced in its block in place (two bisections and a slice assignment), any other has its blocks marked stale.
-  A stale block is rebuilt only when a query reads it (O(block) once for all the changes it collected).
+- A block whose ``offsets`` is ``None`` is stale; otherwise its derived lists (``offsets``, ``entries``,
+  ``multi``) equal what :meth:`_Block.refresh` would build now, once the touched chunks are applied. Adding or
+  removing a piece marks its block stale, and a chunk whose served pieces or visible segments changed is passed
+  to :meth:`ServedPieces.touch` (or stored into ``touched``: O(1)); before the next query a touched chunk
+  serving one piece has its entries replaced in its block in place (two bisections and a slice assignment),
+  any other has its blocks marked stale. A stale block is rebuilt only when a query reads it (O(block) once
+  for all the changes it collected).
 - Results equal the piece-by-piece walk for any history and any query (tests/unit/timeline).
 """
 
