@@ -54,14 +54,13 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
-
-from sortedcontainers import SortedList
 
 from coordinator.timeline.chunk import ChunkResolution, ChunkStructure, resolve_structure, shared_structure
 from coordinator.timeline.coverage import make_piece, subtract_sorted
 from coordinator.timeline.index import IntervalIndex
 from coordinator.timeline.overwrite import as_list_form
+from coordinator.timeline.served import LookupEntry as LookupEntry  # re-exported: part of the timeline API
+from coordinator.timeline.served import ServedPieces
 from events.compiled import constructor
 from events.interval import Interval
 from events.segment import SegmentDescriptor, SegmentId
@@ -84,13 +83,6 @@ class StateChange:
 
 
 _state_change = constructor(StateChange)
-
-
-class LookupEntry(NamedTuple):
-    """A visible segment and the parts of the queried interval it serves, in time order."""
-
-    segment_id: SegmentId
-    intervals: tuple[Interval, ...]
 
 
 class _Chunk:
@@ -282,7 +274,9 @@ class _Chunk:
         self.pids = order
         self.slots, self.online, self.s_off, self.s_over, self.s_vis, self.s_stby, self.vm, self.ovm = new
 
-    def resolve(self) -> None:
+    def resolve(self) -> bool:
+        """Re-resolve the chunk from its members and online set; returns whether the visible mask changed here
+        (a visible member dropped by :meth:`drop_member` changed it there: its caller records that)."""
         if self.reslot:
             self._renumber()
         structure = self.structure
@@ -318,6 +312,8 @@ class _Chunk:
             # Built again by the next lookup that needs it (a churn flips the visible set twice between lookups).
             self.visible_ids = None
             self.entries = None
+            return True
+        return False
 
     def _core_need(self, core: int) -> int:
         """The slots of core partitions 0..core-1, or -1 when one of them is not a member (never complete)."""
@@ -338,6 +334,13 @@ class _Chunk:
         if ids is None:
             ids = self.visible_ids = tuple(self.ids[p] for p in sorted(self.resolution.visible))
         return ids
+
+    def lookup_entries(self) -> list[LookupEntry]:
+        """One entry per visible member, each with all the served pieces (cached until either changes)."""
+        entries = self.entries
+        if entries is None:
+            entries = self.entries = [LookupEntry(sid, self.served) for sid in self.visible_segment_ids()]
+        return entries
 
 
 # Masks of more than _WIDE bits with more than _FEW of them set are read through their binary text (linear in
@@ -499,9 +502,7 @@ def _restate_wide(sids: list[SegmentId | None], changed: int, olds: tuple[int, i
         changes.append(_state_change(sids[s], old, new))
 
 
-_FLAT_AFTER = 8
 _UNSEEN = make_piece(0, 0)  # "no pending entry" for _show (compared by identity)
-_ABSENT: list[Interval] = []  # sentinel of lookup's parts (never a chunk's list)
 
 
 def _without(gaps: tuple[Interval, ...], flip: _Chunk) -> tuple[Interval, ...]:
@@ -545,17 +546,6 @@ def _piece_start(piece: Interval) -> int:
     return piece.start
 
 
-_Walked = tuple[int, int, _Chunk, Interval, int, int]  # a served piece, its chunk, where the chunk's pieces start/end
-
-
-def _walked(entry: tuple[int, int, ChunkKey, Interval], chunks: Mapping[ChunkKey, _Chunk]) -> _Walked:
-    """A served piece as lookup walks it: with its chunk and the first start and last end of the chunk's pieces."""
-    start, end, key, piece = entry
-    chunk = chunks[key]
-    served = chunk.served
-    return start, end, chunk, piece, served[0].start, served[-1].end
-
-
 def _change_order(change: StateChange) -> tuple[str, int, int, str, int]:
     return change.segment_id.sort_key
 
@@ -582,17 +572,15 @@ class Timeline:
         self._servers: dict[SegmentId, tuple[str, ...]] = {}  # replicas are few: a tuple is 4x smaller than a set
         self._chunks: dict[ChunkKey, _Chunk] = {}
         self._index: IntervalIndex[ChunkKey, _Chunk] = IntervalIndex()
-        self._served: SortedList = SortedList()  # (start, end, chunk key, piece), disjoint pieces
+        # The disjoint served pieces (start, end, chunk, piece) in time order, laid flat for lookups; a chunk whose
+        # served pieces or visible segments change is touched (ServedPieces.touch) so its entries are rebuilt.
+        self._served: ServedPieces[_Chunk] = ServedPieces()
+        self._entries_changed = self._served.touched  # ServedPieces.touch without a call, on the hot paths
         # Filings (+1) and withdrawals (-1) of served pieces not yet applied to ``_served``: a piece handed from
         # one chunk to another and back (an announce undone) cancels here instead of costing four list updates.
         # Applied before every read of ``_served`` and whenever it grows past _PENDING_MAX.
         # Keyed by (start, end, chunk key) (an Interval hashes in Python); the piece to file, None to withdraw.
         self._pending: dict[tuple[int, int, ChunkKey], Interval | None] = {}
-        # A flat copy of ``_served`` (starts, entries) for lookups, made once _FLAT_AFTER lookups in a row found
-        # ``_served`` unchanged (a list bisected in C instead of the sorted list's Python-level navigation); any
-        # change drops it, so interleaved changes and lookups never pay for copies.
-        self._flat: tuple[list[int], list[_Walked]] | None = None
-        self._quiet_lookups = 0
         # Members' states live in their chunks (``_Chunk``'s state masks, by slot: no SegmentId hashing on the hot
         # path); segments that left the used set in the current mutation wait here with their last state.
         self._forgotten: list[tuple[SegmentId, SegmentState]] = []
@@ -628,6 +616,8 @@ class Timeline:
             chunk.resolve()
         for chunk in tl._chunks.values():
             tl._cover(chunk)
+        tl._file_pending()
+        tl._served.settle()  # every served chunk was touched: do not keep them all until the first lookup
         for chunk in tl._chunks.values():
             chunk.s_off, chunk.s_over, chunk.s_vis, chunk.s_stby = _new_states(chunk)
         return tl
@@ -697,6 +687,9 @@ class Timeline:
                 self._used.discard(sid)
                 chunk = self._chunks[_key(sid)]
                 touched[chunk] = None
+                if chunk.served and chunk.vm >> chunk.slot[sid.partition_id] & 1:
+                    # drop_member takes it out of the visible mask itself, so resolve will not report it
+                    self._entries_changed[chunk] = None
                 old = chunk.drop_member(sid.partition_id)
                 if old is not None:
                     self._forgotten.append((sid, old))
@@ -749,7 +742,8 @@ class Timeline:
         if not chunk.members or self._forgotten:
             return self._settle((chunk,))
         was_complete, was_candidate = chunk.complete, chunk.candidate
-        chunk.resolve()
+        if chunk.resolve() and chunk.served:
+            self._entries_changed[chunk] = None  # its visible segments changed: so did its lookup entries
         changes: list[StateChange] = []
         if chunk.complete == was_complete and chunk.candidate == was_candidate:
             if not chunk.covered:
@@ -785,7 +779,8 @@ class Timeline:
         removed = False
         for chunk in sorted(touched, key=_chunk_key) if len(touched) > 1 else touched:
             was_complete, was_candidate = chunk.complete, chunk.candidate
-            chunk.resolve()
+            if chunk.resolve() and chunk.served:
+                self._entries_changed[chunk] = None  # its visible segments changed: so did its lookup entries
             if not chunk.members:
                 key = chunk.key
                 neighbors = self._unlink(chunk)
@@ -939,6 +934,9 @@ class Timeline:
                 self._file_pending()
             chunk.served = served
             chunk.entries = None
+            # Pieces filed or withdrawn mark their own blocks; a piece the chunk keeps may sit in another block,
+            # whose flat entries must learn that the chunk now serves one piece or several.
+            self._entries_changed[chunk] = None
             changed = True
         return changed
 
@@ -947,22 +945,22 @@ class Timeline:
         pending = self._pending
         if not pending:
             return
-        self._flat = None
-        self._quiet_lookups = 0
         pieces = self._served
+        chunks = self._chunks
+        # Withdrawals first: a piece handed from one chunk to another is withdrawn before it is filed again, so the
+        # filed pieces stay disjoint (starts unique) at every step.
+        for (start, _end, key), piece in pending.items():
+            if piece is None:
+                pieces.remove(start, chunks[key])
         for (start, end, key), piece in pending.items():
             if piece is not None:
-                pieces.add((start, end, key, piece))
-            else:  # the listed entry's piece is equal to this one
-                pieces.remove((start, end, key, make_piece(start, end)))
+                pieces.add(start, end, chunks[key], piece)
         self._pending.clear()
 
     def _uncover(self, chunk: _Chunk) -> None:
         self._file_pending()
-        self._flat = None
-        self._quiet_lookups = 0
         for piece in chunk.served:
-            self._served.remove((piece.start, piece.end, chunk.key, piece))
+            self._served.remove(piece.start, chunk)
         chunk.served = ()
         chunk.entries = None
 
@@ -1010,62 +1008,14 @@ class Timeline:
         """
         if interval.is_empty():
             return []
-        qs, qe = interval.start, interval.end
         if self._pending:
             self._file_pending()
-        flat = self._flat
-        chunks = self._chunks
-        if flat is None:
-            self._quiet_lookups += 1
-            if self._quiet_lookups >= _FLAT_AFTER:
-                served_list = list(self._served)
-                flat = self._flat = ([e[0] for e in served_list], [_walked(entry, chunks) for entry in served_list])
-        walk: Iterable[_Walked]
-        if flat is None:
-            pieces = self._served
-            i = pieces.bisect_left((qs,))
-            if i > 0 and pieces[i - 1][1] > qs:
-                i -= 1
-            walk = [_walked(entry, chunks) for entry in pieces.islice(i, pieces.bisect_left((qe,)))]
-        else:
-            starts, flat_pieces = flat
-            i = bisect_left(starts, qs)
-            if i > 0 and flat_pieces[i - 1][1] > qs:
-                i -= 1
-            walk = flat_pieces[i:bisect_left(starts, qe, i)]  # the pieces starting before the query's end
-        # A chunk's visible segments serve the same parts, so the parts are gathered per chunk (keyed by the
-        # chunk object: an identity hash, not a tuple's), in the order of its first piece (pieces are disjoint:
-        # no two chunks start serving at the same instant). None: every piece of the chunk lies inside the
-        # query, its cached entries are the answer.
-        parts: dict[_Chunk, list[Interval] | None] = {}
-        for start, end, chunk, piece, first, last in walk:
-            if qs <= first and last <= qe:  # all the chunk serves lies inside the query
-                parts.setdefault(chunk)
-                continue
-            ivs = parts.get(chunk)
-            if ivs is None:
-                ivs = parts[chunk] = []
-            sub = piece if qs <= start and end <= qe else make_piece(max(start, qs), min(end, qe))
-            if ivs and ivs[-1].end == sub.start:
-                ivs[-1] = make_piece(ivs[-1].start, sub.end)
-            else:
-                ivs.append(sub)
-        out: list[LookupEntry] = []
-        for chunk, ivs in parts.items():
-            if ivs is None:
-                entries = chunk.entries
-                if entries is None:
-                    entries = chunk.entries = [LookupEntry(sid, chunk.served) for sid in chunk.visible_segment_ids()]
-                out += entries
-            else:
-                clipped = tuple(ivs)
-                out += [LookupEntry(sid, clipped) for sid in chunk.visible_segment_ids()]
-        return out
+        return self._served.lookup(interval.start, interval.end)
 
     def served_pieces(self) -> list[tuple[Interval, tuple[Interval, str]]]:
         """The disjoint pieces of time and the chunk (interval, version) serving each, in time order."""
         self._file_pending()
-        return [(piece, (Interval(key[0], key[1]), key[2])) for _s, _e, key, piece in self._served]
+        return [(piece, (chunk.interval, chunk.version)) for _s, _e, chunk, piece in self._served]
 
     def overshadowed_used(self) -> list[SegmentId]:
         """Used segments, online or not, hidden by what is served now (may be marked unused after a wait)."""

@@ -152,9 +152,9 @@ def _lookup_oracle(tl: Timeline, q: Interval) -> list[tuple[SegmentId, tuple[Int
 def test_lookup_of_any_interval_hands_out_the_served_pieces(
     pool: list[SegmentDescriptor], history: list, queries: list[tuple[int, int]]  # type: ignore[type-arg]
 ) -> None:
-    """Whether a chunk is served wholly inside the query (cached entries) or cut by it, and whether the served
-    pieces are read from the sorted list or from the flat copy made after several lookups with no change in
-    between (each change is followed by at least 9 lookups), lookup says the same."""
+    """Whether a chunk is served wholly inside the query (cached entries) or cut by it, and whether its answer
+    comes from the flat layout (coordinator/timeline/served.py) or the piece-by-piece walk, lookup says the same;
+    lookups repeat after each change (the first one rebuilds the blocks the change left stale)."""
     tl = Timeline("ds")
     for op, index, server in history:
         seg = pool[index % len(pool)]
