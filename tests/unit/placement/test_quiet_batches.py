@@ -1,0 +1,69 @@
+"""The planner agent does not commit a batch of commands read back that changed nothing stored: its offsets go
+with the next commit, and a restart from the store in between folds the re-read commands to the same state."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from coordinator.placement import codec
+from events.commands import LoadSegment
+from events.envelope import Envelope
+from events.registry import Event
+from events.schema import Instant
+from events.segments import SegmentAnnounced, SegmentsPublished
+from events.topics import COMMANDS
+from streaming.service.planner_agent import FORMAT_VERSION, PlannerAgent
+from streaming.service.state import AgentStateStore
+from tests.accepted import through_lockbox
+from tests.unit.placement.history import POOL, T0
+from tests.unit.placement.test_adapters_agree import TOPICS
+from tests.unit.placement.test_liveness import Run, _cluster, _env
+
+NEW = POOL[1]
+
+
+def _commands_offset(store: AgentStateStore) -> int | None:
+    return store.offsets().get((TOPICS.name(COMMANDS), 0))
+
+
+def _entries(agent: PlannerAgent) -> list[codec.Entry]:
+    """The agent's state as stored entries, its own meta (run counters) left out."""
+    return [e for e in codec.entries(agent.state) if e[0] != "meta"]
+
+
+def test_own_commands_read_back_are_not_committed_alone_and_a_restart_folds_them_again() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "planner"
+        store = AgentStateStore(path, FORMAT_VERSION)
+        run = Run(store)
+        run.feed(_cluster())
+        loads = run.feed([through_lockbox(_env(SegmentsPublished(task_id="t", segments=(NEW,)), "p2", T0 + 2000,
+                                                "wiki"))])
+        assert [type(e.event) for e in loads] == [LoadSegment]
+        assert _commands_offset(store) is None  # nothing read from commands yet
+        before = _entries(run.agent)
+
+        readback = run.log.append(loads[0])
+        run.agent.process([readback])  # the agent's own load read back: nothing new
+        assert run.sink.take() == [] and _entries(run.agent) == before
+        assert run.agent.next_offsets()[(TOPICS.name(COMMANDS), 0)] == 1
+        assert _commands_offset(store) is None  # not committed on its own
+
+        # a crash here: the restarted agent re-reads the load from the stored offsets and folds it to the same state
+        store.close()
+        store = AgentStateStore(path, FORMAT_VERSION)
+        again = PlannerAgent(store, TOPICS, run.sink)
+        assert again.next_offsets().get((TOPICS.name(COMMANDS), 0)) is None
+        assert _entries(again) == before
+        again.process([readback])  # the same record, as Kafka delivers it again
+        assert run.sink.take() == [] and _entries(again) == before
+        assert _commands_offset(store) is None
+
+        # the next batch that changes something commits the commands' offset with its own
+        announce: Envelope[Event] = Envelope(SegmentAnnounced(server=loads[0].event.server, segment=NEW), "a2",
+                                             Instant(T0 + 3000), "wiki", loads[0].event_id)
+        again.process([run.log.append(announce)])
+        assert _commands_offset(store) == 1
+        assert loads[0].event_id not in again.state.queue  # answered
+        store.close()
