@@ -229,7 +229,8 @@ def attach_profile(worker: Worker, label: str, seconds: float) -> subprocess.Pop
     profile = os.environ.get("SEGCOORD_BENCH_PROFILE")
     if not profile:
         return None
-    return subprocess.Popen([_py_spy(), "record", "-r", "100", "-f", "raw",
+    flags = os.environ.get("SEGCOORD_BENCH_PROFILE_FLAGS", "").split()  # e.g. --gil: samples holding the GIL
+    return subprocess.Popen([_py_spy(), "record", "-r", "100", "-f", "raw", *flags,
                              "--threads", "-d", str(max(1, int(seconds))), "-p", str(worker.proc.pid), "-o",
                              f"{profile}.{label}.raw"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
