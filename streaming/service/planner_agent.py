@@ -101,13 +101,15 @@ that marks again under another id costs a duplicate that changes nothing.
 **Exactly-once effect.** Per batch: fold + plan + emit, flush, then ONE write
 batch commits the touched facts, the queues, the settled ids, the run counter,
 the next offsets and the applied input ids. A crash before the commit
-re-processes the same inputs from the same stored state. A batch of commands read back alone that left
-every stored entry as it was (the agent's own commands, already in its queue, or commands already settled:
-the fold marked nothing dirty, and nothing was sent) is not committed on its own: its offsets go with the next
-commit. A crash in between re-reads those commands from the stored offsets and folds them to the same state
-(each is a no-op again: it is in the restored queue, or its id is settled in the store), so the stored state
-plus the log still fold to what the agent had; at low rates that is one write batch (and its meta entry) less
-per publish, about a third of the planner's batches. Batches are cut by
+re-processes the same inputs from the same stored state. A batch that sent nothing and changed no stored
+entry (its own commands read back, each already in its queue as stored, or already settled; the fold marked
+nothing dirty and its event times did not move) is not committed on its own: its offsets go with the next commit
+(the next batch's, or the next timer run's, or once ``PENDING_MAX`` records wait). A crash before that commit
+re-reads those records from the stored offsets and folds them to the same state (each is a no-op again). At low
+rates a publish reaches the planner in about three batches (the publish, its loads read back, the announces):
+one write batch less per publish. (Deferring every batch that sends nothing, the announces too, would save
+another; it was tried and left out, as the store would then lag the fold by design, which the tests that read
+the store after each batch pin.) Batches are cut by
 arrival and Kafka orders nothing across the three topics, so the re-processing
 may cut or interleave differently and plan at other points; because ids are
 content-derived, a decision taken again (before the agent has read its
@@ -168,6 +170,7 @@ FORMAT_VERSION = "planner-agent/5"
 SETTLED_INDEX = "ans-of"  # ans-of/<segment id text>\x00<command id> -> "": a segment's settled ids, for the window
 STORE_NAME = "planner"
 FAULT_ENV = "SEGCOORD_PLANNER_FAULT"  # crash tests only: see _fault_point
+PENDING_MAX = 2000  # records of batches that sent nothing kept uncommitted at most (a catch-up commits this often)
 __all__ = ["FORMAT_VERSION", "STORE_NAME", "PlannerAgent", "command_id", "load_state"]
 
 
@@ -247,9 +250,10 @@ class PlannerAgent:
         self.last_full_run: int | None = None  # event time of the last full run in this process (None: none yet)
         self.deferred: set[SegmentId] = set()  # segments the last runs left short: in every next run's scope
         self._next = store.offsets()
-        # next offsets of batches that folded only commands read back and changed no stored entry: not committed
-        # on their own, written by the next commit (see "Exactly-once effect" in the module docstring)
-        self._unstored: dict[tuple[str, int], int] = {}
+        # the offsets and applied ids of batches that sent nothing, not committed yet: the next commit writes them
+        # with the state (see "Exactly-once effect" in the module docstring); how many records they hold
+        self._pending: StoreBatch | None = None
+        self._pending_records = 0
         self.batches_since_start = 0
         self.catching_up = False  # True: fold only, never plan (a new leader reading up to the log's end)
         # (server, segment id) -> the coordinator's unannounce decided while catching up, not sent yet (finish_catch_up)
@@ -271,7 +275,8 @@ class PlannerAgent:
     # -- input ------------------------------------------------------------------------------
     def process(self, records: Sequence[InputRecord]) -> None:
         """Fold a batch, plan once after it when any input can change the plan, emit, flush, commit once."""
-        batch = self.store.batch()
+        carried = self._pending_records
+        batch = self._batch()
         c = self.counters
         trigger: tuple[tuple[str, int, int], str] | None = None
         touched = Touched()
@@ -281,7 +286,7 @@ class PlannerAgent:
         # commands are never looked up as applied (the log's copy of a command is always folded)
         others = [r for r in records if r.topic != commands]
         prior = prior_ids(others, self._next, self.store) if others else set()
-        dead_before = c.dead_lettered
+        before = (c.emitted, c.dead_lettered, self.state.start, self.state.last_event_at)
         for rec in records:
             logical = logical_of.get(rec.topic) or self._logical(rec.topic)
             env = admit(rec, logical, self._next, batch, c, self._bad)
@@ -333,10 +338,11 @@ class PlannerAgent:
             emitted = self._plan_and_emit(self.state.last_event_at, touched, *trigger, causes)
         if self.balance_requested:  # the batch's own plan went out first; the balancing run's first slice follows
             emitted += self._balance_slice(self.state.last_event_at, start=True)
-        if not others and not emitted and not self.state.dirty and c.dead_lettered == dead_before:
-            # only commands read back, every one already in the state as it is stored (our own, or settled): the
-            # batch changed nothing but offsets, which the next commit writes; nothing was sent
-            self._unstored.update(batch.offsets)
+        st = self.state
+        if (c.emitted, c.dead_lettered, st.start, st.last_event_at) == before and not st.dirty \
+                and carried + len(records) < PENDING_MAX:
+            # nothing sent and no stored entry changed (commands read back already in the state): the offsets wait
+            self._pending, self._pending_records = batch, carried + len(records)
         else:
             self.sink.flush()
             if emitted:
@@ -375,18 +381,20 @@ class PlannerAgent:
         has caught up after an election, with or without a catch-up."""
         self.catching_up = False
         deferred, self._deferred = list(self._deferred.values()), {}
-        fresh = [u for u in deferred if not self.store.applied(u.event_id)]
-        batch = self.store.batch()
+        batch = self._batch()
+        fresh = [u for u in deferred if not self.store.applied(u.event_id) and not batch.applied(u.event_id)]
         for unannounce in fresh:
             self.sink.send(unannounce)
             self.deferred |= self.state.evolve(unannounce).segments  # in the next run's scope (re-replication)
             batch.mark_applied(unannounce.event_id)
-        left = [u for u in unannounce_held_not_joined(self.state) if not self.store.applied(u.event_id)]
+        left = [u for u in unannounce_held_not_joined(self.state)
+                if not self.store.applied(u.event_id) and not batch.applied(u.event_id)]
         for unannounce in left:
             self.sink.send(unannounce)
             self.deferred |= self.state.evolve(unannounce).segments
             batch.mark_applied(unannounce.event_id)
         if not fresh and not left:
+            self._commit(batch)  # what batches before it left uncommitted: the catch-up is over
             return 0
         self.sink.flush()
         self._commit(batch)
@@ -410,8 +418,8 @@ class PlannerAgent:
         self.decide_lost(wall_ms, now)
         expired = st.expire(now)
         if not self._may_decide():  # nothing can be decided: keep what timed out
-            if st.dirty:
-                self._commit(self.store.batch())
+            if st.dirty or self._pending is not None:
+                self._commit(self._batch())
             return 0
         full = not self.incremental or self.last_full_run is None or now - self.last_full_run >= FULL_RUN_EVERY_MS
         scope = None if full else expired.segments | self.deferred
@@ -421,8 +429,9 @@ class PlannerAgent:
             if emitted:
                 self.sink.flush()
                 _fault_point(self._next, self.runs)
-            if emitted or st.dirty:  # or timed-out commands settled (a move's drop half touches no projection)
-                self._commit(self.store.batch())
+            # or timed-out commands settled (a move's drop half touches no projection), or batches left uncommitted
+            if emitted or st.dirty or self._pending is not None:
+                self._commit(self._batch())
             return emitted
         pre = self.store.batch()  # the run number first: its ids are never reused for other content
         pre.put(_key("meta", ""), codec.value(st, "meta", "", self._meta()) or b"")
@@ -433,7 +442,7 @@ class PlannerAgent:
         self.sink.flush()
         if emitted:
             _fault_point(self._next, self.runs)
-        self._commit(self.store.batch())
+        self._commit(self._batch())
         return emitted
 
     def decide_lost(self, wall_ms: int, now: int) -> int:
@@ -473,7 +482,7 @@ class PlannerAgent:
         self.sink.flush()
         if emitted:
             _fault_point(self._next, -self.balancing_runs)  # salted apart from the timer runs' kill points
-        self._commit(self.store.batch())
+        self._commit(self._batch())
         return emitted
 
     def _balance_slice(self, now: int, *, start: bool) -> int:
@@ -625,11 +634,12 @@ class PlannerAgent:
                 "balanceRequested": self.balance_requested,
                 "balancingRun": progress}
 
+    def _batch(self) -> StoreBatch:
+        """The write batch to add to: the one batches that sent nothing left uncommitted, else a new one."""
+        batch, self._pending, self._pending_records = self._pending or self.store.batch(), None, 0
+        return batch
+
     def _commit(self, batch: StoreBatch) -> None:
-        if self._unstored:  # offsets of quiet batches before this one (this batch's own, when it has any, are later)
-            for tp, offset in self._unstored.items():
-                batch.offsets[tp] = max(offset, batch.offsets.get(tp, offset))
-            self._unstored = {}
         for family, key, value in codec.changed(self.state, self._meta()):
             if family == "ans":  # a settled id and its segment's index entry; None: the window forgot it
                 if value is None:

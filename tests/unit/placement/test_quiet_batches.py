@@ -1,5 +1,6 @@
-"""The planner agent does not commit a batch of commands read back that changed nothing stored: its offsets go
-with the next commit, and a restart from the store in between folds the re-read commands to the same state."""
+"""The planner agent does not commit a batch that sent nothing and changed no stored entry (its own commands read
+back): its offsets go with the next commit, and a restart from the store in between folds the re-read commands to
+the same state."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def _entries(agent: PlannerAgent) -> list[codec.Entry]:
     return [e for e in codec.entries(agent.state) if e[0] != "meta"]
 
 
-def test_own_commands_read_back_are_not_committed_alone_and_a_restart_folds_them_again() -> None:
+def test_own_commands_read_back_wait_for_the_next_commit_and_a_restart_folds_them_again() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "planner"
         store = AgentStateStore(path, FORMAT_VERSION)
@@ -60,10 +61,14 @@ def test_own_commands_read_back_are_not_committed_alone_and_a_restart_folds_them
         assert run.sink.take() == [] and _entries(again) == before
         assert _commands_offset(store) is None
 
-        # the next batch that changes something commits the commands' offset with its own
+        # the announce answering it changes the state: committed, with the commands' offset that waited
         announce: Envelope[Event] = Envelope(SegmentAnnounced(server=loads[0].event.server, segment=NEW), "a2",
                                              Instant(T0 + 3000), "wiki", loads[0].event_id)
         again.process([run.log.append(announce)])
-        assert _commands_offset(store) == 1
+        assert run.sink.take() == [] and _commands_offset(store) == 1
         assert loads[0].event_id not in again.state.queue  # answered
+        after = _entries(again)
+        store.close()
+        store = AgentStateStore(path, FORMAT_VERSION)
+        assert _entries(PlannerAgent(store, TOPICS, run.sink)) == after
         store.close()
