@@ -72,3 +72,26 @@ def test_own_commands_read_back_wait_for_the_next_commit_and_a_restart_folds_the
         store = AgentStateStore(path, FORMAT_VERSION)
         assert _entries(PlannerAgent(store, TOPICS, run.sink)) == after
         store.close()
+
+
+def test_the_commands_built_without_validation_are_those_the_validating_constructors_and_decode_give() -> None:
+    """Loads and drops are built from the planner's own values without their validating __init__: each is the event
+    its class builds from the same fields, and what it encodes to decodes (validated) back to it."""
+    import dataclasses
+
+    from events.commands import DropSegment
+    from events.envelope import decode, encode
+
+    with tempfile.TemporaryDirectory() as tmp, AgentStateStore(Path(tmp) / "planner", FORMAT_VERSION) as store:
+        run = Run(store)
+        run.feed(_cluster())
+        run.feed([through_lockbox(_env(SegmentsPublished(task_id="t", segments=(NEW,)), "p2", T0 + 2000, "wiki"))])
+        extra = _env(SegmentAnnounced(server="h2", segment=POOL[0]), "a-extra", T0 + 3000, "wiki")
+        run.feed([extra])  # a second copy where the rule wants one: a drop
+        commands = [e for e in run.emitted if isinstance(e.event, LoadSegment | DropSegment)]
+        assert {type(e.event) for e in commands} == {LoadSegment, DropSegment}
+        for env in commands:
+            event = env.event
+            fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+            assert type(event)(**fields) == event
+            assert decode(encode(env)) == env
