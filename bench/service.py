@@ -223,13 +223,16 @@ class Worker:
 
 
 def attach_profile(worker: Worker, label: str, seconds: float) -> subprocess.Popen[bytes] | None:
-    """With ``SEGCOORD_BENCH_PROFILE=PATH``: py-spy records the running worker (every thread, 100 samples/s) for
+    """With ``SEGCOORD_BENCH_PROFILE=PATH``: py-spy records the running worker (every thread,
+    ``SEGCOORD_BENCH_PROFILE_RATE`` samples/s, 100 unless set, with ``SEGCOORD_BENCH_PROFILE_FLAGS``) for
     ``seconds`` into ``PATH.<label>.raw`` (one line per stack, py-spy's raw format), so the profile covers the
     measured window only, not the start-up and restore. Returns the py-spy process (None when unset)."""
     profile = os.environ.get("SEGCOORD_BENCH_PROFILE")
     if not profile:
         return None
-    return subprocess.Popen([_py_spy(), "record", "-r", "100", "-f", "raw",
+    flags = os.environ.get("SEGCOORD_BENCH_PROFILE_FLAGS", "").split()  # e.g. --gil: samples holding the GIL
+    rate = os.environ.get("SEGCOORD_BENCH_PROFILE_RATE", "100")  # samples per second
+    return subprocess.Popen([_py_spy(), "record", "-r", rate, "-f", "raw", *flags,
                              "--threads", "-d", str(max(1, int(seconds))), "-p", str(worker.proc.pid), "-o",
                              f"{profile}.{label}.raw"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

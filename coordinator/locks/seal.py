@@ -45,12 +45,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import threading
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any, TypeVar
 
 import orjson
 
+from events.compiled import trusted_constructor
 from events.envelope import Envelope
 from events.registry import Event
 from events.segments import SegmentsMarkedUnused, SegmentsMarkedUsed, SegmentsPublished
@@ -78,6 +80,44 @@ def seal_of(env: Envelope[Sealed], key: bytes) -> str:
 
 
 _BLOCK = 64  # SHA-256's block size in bytes
+
+#: How many envelopes sealed by this process :func:`use_refusal` remembers (a few fetched batches' worth).
+VOUCHED_MAX = 4096
+
+
+class _Vouched:
+    """The envelopes this process sealed, by identity, with the key each was sealed under: bounded, oldest first
+    out, thread-safe (the worker seals on its event loop and checks on the planner's thread too).
+
+    An envelope is immutable (frozen records all the way down), so the object the lockbox sealed still has the
+    message its seal was computed from: :func:`use_refusal` of that same object under that same key answers
+    None without computing the HMAC again. It is the object the timeline and planner agents read back through
+    :mod:`streaming.service.shared_envelopes`; any other object (a decode of bytes from the log, a copy) is
+    checked in full. An entry holds its envelope, so its ``id`` cannot be reused while it is remembered."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._by_id: dict[int, tuple[Envelope[Any], bytes]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, env: Envelope[Any], key: bytes) -> None:
+        with self._lock:
+            by_id = self._by_id
+            by_id[id(env)] = (env, key)
+            if len(by_id) > self.limit:
+                del by_id[next(iter(by_id))]
+
+    def vouches(self, env: Envelope[Any], key: bytes) -> bool:
+        got = self._by_id.get(id(env))
+        return got is not None and got[0] is env and got[1] == key
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_id.clear()
+
+
+VOUCHED = _Vouched(VOUCHED_MAX)
+_sealed_publish_event = trusted_constructor(SegmentsPublished)  # a copy with its seal: the rest validated already
 
 
 @lru_cache(maxsize=8)
@@ -126,7 +166,10 @@ def sealed_publish(env: Envelope[SegmentsPublished], decision_id: str,
     doc = env.to_json()
     seal = _hmac_hex(key, orjson.dumps(doc, option=orjson.OPT_SORT_KEYS))
     doc["payload"]["seal"] = seal
-    sealed = Envelope(replace(event, seal=seal), env.event_id, env.occurred_at, env.key, env.causation_id)
+    sealed = Envelope(_sealed_publish_event(event.task_id, event.segments, event.start_metadata, event.end_metadata,
+                                            event.decision_id, seal),
+                      env.event_id, env.occurred_at, env.key, env.causation_id)
+    VOUCHED.add(sealed, key)
     return sealed, orjson.dumps(doc)
 
 
@@ -134,26 +177,33 @@ def seal_event(env: Envelope[E], key: bytes) -> Envelope[E]:
     """A mark (or any sealed type) as the coordinator writes it: sealed under ``key``, all else unchanged."""
     unsealed = Envelope(replace(env.event, seal=None), env.event_id, env.occurred_at, env.key,
                         env.causation_id)
-    return Envelope(replace(env.event, seal=seal_of(unsealed, key)),
-                    env.event_id, env.occurred_at, env.key, env.causation_id)
+    sealed = Envelope(replace(env.event, seal=seal_of(unsealed, key)),
+                      env.event_id, env.occurred_at, env.key, env.causation_id)
+    VOUCHED.add(sealed, key)
+    return sealed
 
 
 def use_refusal(env: Envelope[Event], key: bytes) -> str | None:
     """Why no fold may take this event as a change of what is used, or None (another event type, or sealed).
 
     A publish needs its lockbox decision (``decisionId``) and a seal that verifies; a mark
-    (``segments_marked_used``/``segments_marked_unused``) a seal that verifies."""
+    (``segments_marked_used``/``segments_marked_unused``) a seal that verifies. An envelope this process sealed
+    under ``key`` (the same object, see :class:`_Vouched`) verifies without computing its HMAC again."""
     event = env.event
     if isinstance(event, SegmentsPublished):
         if event.decision_id is None or event.seal is None:
             return (f"segments_published {env.event_id} carries no lockbox decision (decisionId): "
                     "only the lockbox publishes")
+        if VOUCHED.vouches(env, key):
+            return None
         if not hmac.compare_digest(event.seal, seal_of(env, key)):  # type: ignore[arg-type]
             return f"segments_published {env.event_id}: the seal does not verify (not written by the lockbox)"
         return None
     if isinstance(event, SegmentsMarkedUnused | SegmentsMarkedUsed):
         if event.seal is None:
             return f"{event.event_type} {env.event_id} is not sealed: only the coordinator marks segments"
+        if VOUCHED.vouches(env, key):
+            return None
         if not hmac.compare_digest(event.seal, seal_of(env, key)):  # type: ignore[arg-type]
             return f"{event.event_type} {env.event_id}: the seal does not verify (not written by the coordinator)"
     return None

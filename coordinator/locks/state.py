@@ -266,7 +266,8 @@ class LockboxState:
         ds = event.segments[0].data_source
         src = self.source(ds)
         upgraded = set(event.upgraded_segment_ids)
-        own = [s for s in event.segments if str(s.id) not in upgraded]
+        # (no id texts built when nothing was upgraded: every plain publish)
+        own = [s for s in event.segments if str(s.id) not in upgraded] if upgraded else list(event.segments)
         task_locks = src.locks_of(event.task_id)
         kind = event.kind
         if kind is None:  # a decision logged before publishes named their kind: infer it as that lockbox did
@@ -284,8 +285,9 @@ class LockboxState:
             src.replace_chunks |= {(s.interval.start, s.interval.end, s.version) for s in own}
             return
         group = info.group_id if info is not None else None
-        for seg in own:
-            if not any(lk.lock_type == "append" and lk.interval.contains(seg.interval) for lk in task_locks):
+        appends = [lk for lk in task_locks if lk.lock_type == "append"]  # none for an insert under its own locks
+        for seg in own if appends else ():
+            if not any(lk.interval.contains(seg.interval) for lk in appends):
                 continue
             for lock in src.locks.values():
                 if (lock.lock_type == "replace" and not lock.revoked and lock.group_id != group

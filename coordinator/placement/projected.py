@@ -448,8 +448,7 @@ class Projected:
         else:
             mine.discard(sid)
             self.released.add(sid)
-        self.dirty.add(("held", f"{name}\x00{sid}"))
-        self.dirty.add(("seg", str(sid)))
+        self.dirty.add(("held", f"{name}\x00{sid}"))  # the ``seg`` entry (descriptor, used) is not the holding's
         self._note_ref(name, sid)
         self._refresh(name, sid)
 

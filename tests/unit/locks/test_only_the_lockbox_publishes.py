@@ -217,3 +217,35 @@ def test_the_seal_is_hmac_sha256_whatever_the_key_length(key_length: int) -> Non
     key = bytes((7 * i + key_length) % 256 for i in range(key_length))
     for message in (b"", b"x", bytes(range(256)) * 3):
         assert _hmac_hex(key, message) == hmac.digest(key, message, hashlib.sha256).hex()
+
+
+def test_an_envelope_this_process_sealed_verifies_without_its_hmac_and_only_that_object(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agents reading back what the lockbox of their process sealed get that very object (shared
+    envelopes): its seal is not recomputed. Any other object, equal or not, and any other key, is checked in full."""
+    from coordinator.locks import seal as sealing
+
+    sealed, _ = sealed_publish(published(seg(0)), "d1", KEY)
+    equal_copy = decode(encode(sealed))
+    assert equal_copy == sealed and equal_copy is not sealed
+    computed: list[bytes] = []
+    real = sealing._hmac_hex
+    monkeypatch.setattr(sealing, "_hmac_hex", lambda key, message: computed.append(message) or real(key, message))
+    assert publish_refusal(sealed, KEY) is None and not computed  # vouched: no HMAC
+    assert publish_refusal(equal_copy, KEY) is None and len(computed) == 1  # decoded from bytes: checked
+    assert "does not verify" in (publish_refusal(sealed, b"another key") or "")  # vouched under KEY only
+    assert len(computed) == 2
+    forged = replace(sealed, event=replace(sealed.event, segments=(seg(0, size=11),)))  # a new object
+    assert "does not verify" in (publish_refusal(forged, KEY) or "")
+    sealing.VOUCHED.clear()
+    assert publish_refusal(sealed, KEY) is None and len(computed) == 4  # forgotten: checked in full again
+
+
+def test_the_vouched_envelopes_are_bounded() -> None:
+    from coordinator.locks.seal import _Vouched
+
+    vouched = _Vouched(3)
+    envs = [seal_publish(published(seg(i)), f"d{i}", KEY) for i in range(5)]
+    for env in envs:
+        vouched.add(env, KEY)
+    assert [vouched.vouches(e, KEY) for e in envs] == [False, False, True, True, True]
