@@ -152,6 +152,10 @@ def _newest_first_order(sids: Iterable[SegmentId]) -> list[SegmentId]:
     return out
 
 
+# a segment's loaded_in, holders and pending entries as a caller just read them (see _Run.load)
+_Copies = tuple["Counter[str] | None", "set[str] | None", "set[str] | None"]
+
+
 class _Run:
     """One planning run over a :class:`PlacementState`, which it updates after every decision (each decision is
     folded in as the command it becomes, so the state a run leaves is the state its commands make).
@@ -208,8 +212,7 @@ class _Run:
         self._unserved: set[SegmentId] | None = None
         self._short: set[SegmentId] | None = None
         self._unheld: set[SegmentId] | None = None  # a full run's load-rule segments with no holder, at its start
-        # a full run's copy levels per tier (copy_levels, from stage 3 on, kept current by every load: _count_copy)
-        self._levels: dict[str, list[set[SegmentId]]] | None = None
+        self._under: dict[str, str] = {}  # tier -> stages 3-4's reason (made once, not per load)
         # a full run's interval-free data sources (see below): data source -> the one target of its used segments
         self._fixed: dict[str, _Target] = {}
         # a full run's used segments by data source when the fold's used index could not give them (marking reads them)
@@ -323,17 +326,6 @@ class _Run:
                 levels[0] |= part
         return levels
 
-    def _count_copy(self, sid: SegmentId, tier: str) -> None:
-        """Keep the run's copy levels (:meth:`short_segments`) current after a load of ``sid`` in ``tier``: with
-        ``c`` copies now, ``sid`` is in ``levels[c - 1]`` (and already in the levels below: counts only grow)."""
-        levels = self._levels.get(tier) if self._levels is not None else None
-        if not levels:
-            return
-        loaded, queued = self.p.loaded_in.get(sid), self.p.pending_in.get(sid)
-        count = (loaded.get(tier, 0) if loaded else 0) + (queued.get(tier, 0) if queued else 0)
-        if 0 < count <= len(levels):
-            levels[count - 1].add(sid)
-
     # -- limits --------------------------------------------------------------------
     def queue_cap(self) -> float:
         q = self.limits.max_segments_in_node_loading_queue
@@ -356,12 +348,17 @@ class _Run:
                 and self.p.free_bytes(name) >= self.p.size(sid))
 
     # -- choosing servers --------------------------------------------------------------
-    def pick(self, sid: SegmentId, tier: str, purpose: Purpose, share: float | None, relative: bool) -> str | None:
-        """A server of the tier for one more copy: round robin (Druid's default) or the cheapest of the top B."""
+    def pick(self, sid: SegmentId, tier: str, purpose: Purpose, share: float | None, relative: bool,
+             copies: _Copies | None = None) -> str | None:
+        """A server of the tier for one more copy: round robin (Druid's default) or the cheapest of the top B.
+        ``copies``: as :meth:`load` takes them."""
         p = self.p
         all_names = p.tiers.get(tier, [])
         if self.limits.use_round_robin:  # the next server that can take it, from the copies or the tier's cursor
-            holders, pending = p.holders.get(sid), p.pending.get(sid)
+            if copies is None:
+                holders, pending = p.holders.get(sid), p.pending.get(sid)
+            else:
+                holders, pending = copies[1], copies[2]
             after = None
             if holders or pending:  # after_copies, written out
                 order = self._rr_order.get(tier)
@@ -481,22 +478,23 @@ class _Run:
         self.commands.append(command)
 
     def load(self, sid: SegmentId, tier: str, stage: int, reason: str, share: float | None,
-             relative: bool = True, throttle: bool = True) -> bool:
-        loaded = self.p.loaded_in.get(sid)
+             relative: bool = True, throttle: bool = True, copies: _Copies | None = None) -> bool:
+        """One more copy of ``sid`` in ``tier``, if the throttle and a server's queue allow. ``copies``: the segment's
+        ``loaded_in``, ``holders`` and ``pending`` entries as the caller read them since the last load (None: read
+        them here)."""
+        loaded = self.p.loaded_in.get(sid) if copies is None else copies[0]
         replica = bool(loaded) and loaded.get(tier, 0) > 0  # type: ignore[union-attr]  # p.is_replica, written out
         if replica and throttle and self.p.replica_loads[tier] >= self.limits.replication_throttle_limit:
             self.metrics[f"segment/replicationThrottled/count/{tier}"] += 1
             self.deferred.add(sid)
             return False
-        name = self.pick(sid, tier, "loading", share, relative)
+        name = self.pick(sid, tier, "loading", share, relative, copies)
         if name is None:
             self.metrics[f"segment/assignSkipped/count/{tier}"] += 1  # no server with room (or queue share) now
             self.deferred.add(sid)
             return False
         purpose: CommandPurpose = "replica" if replica else "loading"
         cid = self.p.plan_load(name, sid, purpose, self.now)
-        if self._levels is not None:
-            self._count_copy(sid, tier)
         key = self._assigned.get(tier)
         if key is None:
             key = self._assigned[tier] = f"segment/assigned/count/{tier}"
@@ -523,11 +521,14 @@ class _Run:
             todo = self._unserved = unheld.difference(p.pending)
         holders, pending, fixed, targets = p.holders, p.pending, self._fixed, self.targets
         for sid in _newest_first_order(todo):
-            if holders.get(sid) or pending.get(sid):  # served (p.anywhere)
+            held, queued_on = holders.get(sid), pending.get(sid)
+            if held or queued_on:  # served (p.anywhere)
                 todo.discard(sid)
                 continue
+            # no holder, so no loaded copy in any tier (loaded_in counts holders); valid until a load succeeds
+            copies = (None, held, queued_on)
             for tier in (fixed.get(sid.data_source) or targets[sid]).primary_first:
-                if self.load(sid, tier, stage, "unavailable: first copy", None, throttle=False):
+                if self.load(sid, tier, stage, "unavailable: first copy", None, throttle=False, copies=copies):
                     todo.discard(sid)  # served now, so until stage 12: a revisit would skip it
                     break
 
@@ -541,8 +542,6 @@ class _Run:
                     continue
                 tier = self.p.tier_of[name]
                 cid = self.p.plan_load(name, sid, "broadcast", self.now)
-                if self._levels is not None:
-                    self._count_copy(sid, tier)
                 self.metrics[f"segment/assigned/count/{tier}"] += 1
                 self.emit(PlanCommand("load", name, sid, tier, stage, "broadcast", False, command_id=cid,
                                          purpose="broadcast"))
@@ -558,16 +557,27 @@ class _Run:
             todo = self._short = self.short_segments()
         p = self.p
         holders, pending, loaded_in, pending_in = p.holders, p.pending, p.loaded_in, p.pending_in
-        fixed, targets = self._fixed, self.targets
+        fixed, targets, reasons = self._fixed, self.targets, self._under
         for sid in _newest_first_order(todo):
-            if not holders.get(sid) and not pending.get(sid):  # served nowhere (not p.anywhere)
+            held, queued_on = holders.get(sid), pending.get(sid)
+            if not held and not queued_on:  # served nowhere (not p.anywhere)
                 continue
             short = False
+            loaded, queued = loaded_in.get(sid), pending_in.get(sid)
+            fresh = True  # held, queued_on, loaded, queued read since the segment's last load
             for tier, want in (fixed.get(sid.data_source) or targets[sid]).by_tier:
-                loaded, queued = loaded_in.get(sid), pending_in.get(sid)  # p.copies(sid, tier).total, unboxed
-                need = want - (loaded[tier] if loaded else 0) - (queued[tier] if queued else 0)
-                while need > 0 and self.load(sid, tier, stage, f"under-replicated in {tier}", share, relative):
+                if not fresh:  # p.copies(sid, tier).total, unboxed: read again after a load
+                    held, queued_on = holders.get(sid), pending.get(sid)
+                    loaded, queued = loaded_in.get(sid), pending_in.get(sid)
+                    fresh = True
+                need = want - (loaded.get(tier, 0) if loaded else 0) - (queued.get(tier, 0) if queued else 0)
+                reason = reasons.get(tier)
+                if reason is None:
+                    reason = reasons[tier] = f"under-replicated in {tier}"
+                copies: _Copies | None = (loaded, held, queued_on)  # load and pick read them, until a load succeeds
+                while need > 0 and self.load(sid, tier, stage, reason, share, relative, copies=copies):
                     need -= 1
+                    copies, fresh = None, False
                 short = short or need > 0
             if not short:
                 todo.discard(sid)
@@ -583,16 +593,7 @@ class _Run:
         for t, _ in classes:
             for tier, want in t.replicants.items():
                 depth[tier] = max(depth.get(tier, 0), want)
-        # stage 12 asks the same levels one deeper, in every tier (segments with more copies than their target): they
-        # are computed once here and kept current by every load of the run (_count_copy); copies change no other way
-        # before stage 12 (no stage before it cancels or drops, a move's halves change no count)
-        deeper = dict(depth)
-        for t, m in self._classes.values():
-            if t.kind == "load" and m:
-                for tier in p.tiers:
-                    deeper[tier] = max(deeper.get(tier, 0), t.replicants.get(tier, 0))
-        levels = {tier: self.copy_levels(tier, d + 1) for tier, d in sorted(deeper.items())}
-        self._levels = levels
+        levels = {tier: self.copy_levels(tier, d) for tier, d in sorted(depth.items())}
         out: set[SegmentId] = set()
         for t, m in classes:
             for tier, want in t.replicants.items():
@@ -817,9 +818,7 @@ class _Run:
             wants = [(t.replicants.get(tier, 0), m) for t, m in classes]
             if not wants:
                 continue
-            deep = max(w for w, _ in wants) + 1
-            kept = None if self._levels is None else self._levels.get(tier)
-            levels = kept if kept is not None and len(kept) >= deep else self.copy_levels(tier, deep)
+            levels = self.copy_levels(tier, max(w for w, _ in wants) + 1)
             for want, m in wants:
                 out |= m & levels[want]
         return out
