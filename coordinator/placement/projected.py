@@ -128,14 +128,22 @@ def command_id(*content: str) -> str:
 _PREFIXES: dict[str, Any] = {}  # command kind -> blake2b that has hashed "planner-command\0<kind>\0"
 
 
-def _id_hasher(kind: str, rest: tuple[str, ...]) -> Any:
-    """A blake2b that has hashed everything of ``command_id(kind, *rest, n)`` but ``n``: the prefix of a kind is
-    hashed once per process and copied (a planned load's id costs one copy and one short update, not a join and a
-    fresh hash of the whole text; the digest is the same, blake2b being a stream)."""
+def _prefix(kind: str) -> Any:
+    """A blake2b that has hashed everything of ``command_id(kind, ...)`` before the kind's content (kept per kind and
+    copied: blake2b is a stream, so hashing the rest into a copy gives the digest of the whole text)."""
     prefix = _PREFIXES.get(kind)
     if prefix is None:
         prefix = _PREFIXES[kind] = hashlib.blake2b(f"planner-command\x00{kind}\x00".encode(), digest_size=16)
-    h = prefix.copy()
+    return prefix
+
+
+_LOAD_PREFIX = _prefix("load")
+
+
+def _id_hasher(kind: str, rest: tuple[str, ...]) -> Any:
+    """A blake2b that has hashed everything of ``command_id(kind, *rest, n)`` but ``n`` (a planned command's id costs
+    one copy and one short update, not a join and a fresh hash of the whole text)."""
+    h = _prefix(kind).copy()
     h.update(("\x00".join(rest) + "\x00").encode())
     return h
 
@@ -328,8 +336,30 @@ class Projected:
         return cid in self.settled or (cid not in self.forgotten and self.settled_before(cid))
 
     def fresh_command_id(self, *content: str) -> str:
-        """The id of the next command of this content: ``n`` is the first count no known command holds."""
+        """The id of the next command of this content: ``command_id(*content, n)`` with ``n`` the first count no known
+        command holds.
+
+        >>> p = Projected()
+        >>> p.fresh_command_id("drop", "h1", "s") == command_id("drop", "h1", "s", "0")
+        True
+        >>> p.settled.add(command_id("load", "h1", "s", "0"))
+        >>> p.fresh_load_id("h1", "s") == p.fresh_command_id("load", "h1", "s") == command_id("load", "h1", "s", "1")
+        True
+        """
         base = _id_hasher(content[0], content[1:])  # command_id(*content, n) for every n, the common part hashed once
+        return self._first_free_id(base)
+
+    def fresh_load_id(self, name: str, text: str) -> str:
+        """``fresh_command_id("load", name, text)``, the first candidate hashed from the kind's prefix directly."""
+        h = _LOAD_PREFIX.copy()
+        h.update(f"{name}\x00{text}\x000".encode())
+        cid: str = h.hexdigest()
+        if not (cid in self.queue or cid in self.settled or (cid not in self.forgotten and self.settled_before(cid))):
+            return cid
+        return self.fresh_command_id("load", name, text)
+
+    def _first_free_id(self, base: Any) -> str:
+        """The first ``command_id(..., n)`` no known command holds, from a hasher of everything but ``n``."""
         h = base.copy()
         h.update(b"0")
         cid: str = h.hexdigest()
@@ -488,6 +518,16 @@ class Projected:
         if item.move_id is None and item.action == "load" and self._deferred is None and not self._refreshing \
                 and cid not in self.queue and self._enqueue_lone_load(cid, item):
             return
+        self._enqueue_general(cid, item)
+
+    def enqueue_load(self, cid: str, item: InFlight) -> None:
+        """:meth:`enqueue` of a plain load (no move) under an id nothing holds (a fresh one): its checks written
+        out, the fast path tried first."""
+        if self._deferred is None and not self._refreshing and self._enqueue_lone_load(cid, item):
+            return
+        self._enqueue_general(cid, item)
+
+    def _enqueue_general(self, cid: str, item: InFlight) -> None:
         old = self._unindex(cid)
         self.queue[cid] = item
         self.by_place.setdefault((item.server, item.segment), set()).add(cid)

@@ -445,8 +445,8 @@ class PlacementState(Projected):
         Returns the load's command id, which is also the move id of a move."""
         text = str(sid)
         if source is None:
-            cid = self.fresh_command_id("load", name, text)
-            self.enqueue(cid, _new_in_flight(name, "load", sid, now, None, None, purpose))
+            cid = self.fresh_load_id(name, text)
+            self.enqueue_load(cid, _new_in_flight(name, "load", sid, now, None, None, purpose))
             return cid
         cid = self.fresh_command_id("move", name, source, text)
         self.enqueue(cid, InFlight(name, "load", sid, now, cid, source, purpose))
