@@ -209,10 +209,11 @@ class _Run:
         self._classes: dict[int, tuple[_Target, set[SegmentId]]] = {}
         # the segments a pass of stage 1 / stages 3-4 may still act on (computed at the first pass; copies only grow
         # before stage 12, so a segment served or at its target stays so and later passes skip it)
-        self._unserved: set[SegmentId] | None = None
-        self._short: set[SegmentId] | None = None
+        self._unserved: list[SegmentId] | None = None  # in the loading order (newest first)
+        self._short: list[SegmentId] | None = None
         self._unheld: set[SegmentId] | None = None  # a full run's load-rule segments with no holder, at its start
         self._under: dict[str, str] = {}  # tier -> stages 3-4's reason (made once, not per load)
+        self._queue_cap = self.queue_cap()  # the limits are the run's
         # a full run's interval-free data sources (see below): data source -> the one target of its used segments
         self._fixed: dict[str, _Target] = {}
         # a full run's used segments by data source when the fold's used index could not give them (marking reads them)
@@ -378,7 +379,7 @@ class _Run:
                 start = self.rotation(tier, all_names)
             # can_take and room, written out (a full run asks them for every load it makes)
             seg = p.segments.get(sid)
-            cap, size = self.queue_cap(), seg.size if seg is not None else 0
+            cap, size = self._queue_cap, seg.size if seg is not None else 0
             held_by: Collection[str] = holders if holders is not None else ()
             limit = None if share is None else cap * share
             draining, loading, used_bytes, servers, queued = p.decommissioning, p.loading, p.used_bytes, p.servers, \
@@ -518,19 +519,21 @@ class _Run:
             if unheld is None:
                 unheld = self.members("load").difference(p.holders)
             self._unheld = None
-            todo = self._unserved = unheld.difference(p.pending)
+            todo = _newest_first_order(unheld.difference(p.pending))
+        left: list[SegmentId] = []  # what the next pass visits (in this order): the segments still unserved
         holders, pending, fixed, targets = p.holders, p.pending, self._fixed, self.targets
-        for sid in _newest_first_order(todo):
+        for sid in todo:
             held, queued_on = holders.get(sid), pending.get(sid)
             if held or queued_on:  # served (p.anywhere)
-                todo.discard(sid)
                 continue
             # no holder, so no loaded copy in any tier (loaded_in counts holders); valid until a load succeeds
             copies = (None, held, queued_on)
             for tier in (fixed.get(sid.data_source) or targets[sid]).primary_first:
                 if self.load(sid, tier, stage, "unavailable: first copy", None, throttle=False, copies=copies):
-                    todo.discard(sid)  # served now, so until stage 12: a revisit would skip it
-                    break
+                    break  # served now, so until stage 12: a revisit would skip it
+            else:
+                left.append(sid)
+        self._unserved = left
 
     def broadcast(self, stage: int, share: float | None, relative: bool) -> None:
         for sid in sorted(self.members("broadcast"), key=_ID):
@@ -554,13 +557,15 @@ class _Run:
         ones (set arithmetic, :meth:`short_segments`) and every pass visits those alone, in the same order."""
         todo = self._short
         if todo is None:
-            todo = self._short = self.short_segments()
+            todo = _newest_first_order(self.short_segments())
+        left: list[SegmentId] = []  # what the next pass visits (in this order): the segments still short
         p = self.p
         holders, pending, loaded_in, pending_in = p.holders, p.pending, p.loaded_in, p.pending_in
         fixed, targets, reasons = self._fixed, self.targets, self._under
-        for sid in _newest_first_order(todo):
+        for sid in todo:
             held, queued_on = holders.get(sid), pending.get(sid)
-            if not held and not queued_on:  # served nowhere (not p.anywhere)
+            if not held and not queued_on:  # served nowhere (not p.anywhere): stage 1's, perhaps in a later pass
+                left.append(sid)
                 continue
             short = False
             loaded, queued = loaded_in.get(sid), pending_in.get(sid)
@@ -579,8 +584,9 @@ class _Run:
                     need -= 1
                     copies, fresh = None, False
                 short = short or need > 0
-            if not short:
-                todo.discard(sid)
+            if short:
+                left.append(sid)
+        self._short = left
 
     def short_segments(self) -> set[SegmentId]:
         """The load-rule segments with fewer copies (loaded or queued) than their target in some tier."""
