@@ -150,6 +150,7 @@ def _id_hasher(kind: str, rest: tuple[str, ...]) -> Any:
 
 _new_queue_item = constructor(QueueItem)  # QueueItem(...) positionally, without the frozen __init__'s setattr calls
 _new_counter = Counter.__new__  # Counter.__new__(Counter): an empty Counter (its __init__ only fills it)
+_new_tuple = tuple.__new__  # tuple.__new__(_Derived, fields): the NamedTuple without its Python-level __new__
 
 
 def _queue_purpose(purpose: str) -> Purpose:
@@ -579,7 +580,7 @@ class Projected:
             purpose = "loading"  # _queue_purpose, written out
         queued = _new_queue_item("load", sid, purpose, None, item.source)
         size = seg.size
-        self._pairs[place] = _Derived(tier, size, False, queued, cid, False, name in self.decommissioning)
+        self._pairs[place] = _new_tuple(_Derived, (tier, size, False, queued, cid, False, name in self.decommissioning))
         self.loading[name][sid] = queued
         self.queued[name][purpose] += 1
         self.used_bytes[name] += size
