@@ -50,6 +50,7 @@ from coordinator.balancer.cost_cache import ServerCostCache
 from coordinator.balancer.cost_index import ClusterCostIndex, index_rebuild_size
 from coordinator.placement.records import InFlight, ServerFacts
 from coordinator.timeline.index import IntervalIndex
+from events.compiled import constructor
 from events.segment import SegmentDescriptor, SegmentId
 
 Purpose = Literal["loading", "decommissioning", "balancing"]
@@ -122,6 +123,34 @@ def command_id(*content: str) -> str:
     """
     text = "\x00".join(("planner-command", *content)).encode()
     return hashlib.blake2b(text, digest_size=16).hexdigest()
+
+
+_PREFIXES: dict[str, Any] = {}  # command kind -> blake2b that has hashed "planner-command\0<kind>\0"
+
+
+def _prefix(kind: str) -> Any:
+    """A blake2b that has hashed everything of ``command_id(kind, ...)`` before the kind's content (kept per kind and
+    copied: blake2b is a stream, so hashing the rest into a copy gives the digest of the whole text)."""
+    prefix = _PREFIXES.get(kind)
+    if prefix is None:
+        prefix = _PREFIXES[kind] = hashlib.blake2b(f"planner-command\x00{kind}\x00".encode(), digest_size=16)
+    return prefix
+
+
+_LOAD_PREFIX = _prefix("load")
+
+
+def _id_hasher(kind: str, rest: tuple[str, ...]) -> Any:
+    """A blake2b that has hashed everything of ``command_id(kind, *rest, n)`` but ``n`` (a planned command's id costs
+    one copy and one short update, not a join and a fresh hash of the whole text)."""
+    h = _prefix(kind).copy()
+    h.update(("\x00".join(rest) + "\x00").encode())
+    return h
+
+
+_new_queue_item = constructor(QueueItem)  # QueueItem(...) positionally, without the frozen __init__'s setattr calls
+_new_counter = Counter.__new__  # Counter.__new__(Counter): an empty Counter (its __init__ only fills it)
+_new_tuple = tuple.__new__  # tuple.__new__(_Derived, fields): the NamedTuple without its Python-level __new__
 
 
 def _queue_purpose(purpose: str) -> Purpose:
@@ -309,12 +338,39 @@ class Projected:
         return cid in self.settled or (cid not in self.forgotten and self.settled_before(cid))
 
     def fresh_command_id(self, *content: str) -> str:
-        """The id of the next command of this content: ``n`` is the first count no known command holds."""
+        """The id of the next command of this content: ``command_id(*content, n)`` with ``n`` the first count no known
+        command holds.
+
+        >>> p = Projected()
+        >>> p.fresh_command_id("drop", "h1", "s") == command_id("drop", "h1", "s", "0")
+        True
+        >>> p.settled.add(command_id("load", "h1", "s", "0"))
+        >>> p.fresh_load_id("h1", "s") == p.fresh_command_id("load", "h1", "s") == command_id("load", "h1", "s", "1")
+        True
+        """
+        base = _id_hasher(content[0], content[1:])  # command_id(*content, n) for every n, the common part hashed once
+        return self._first_free_id(base)
+
+    def fresh_load_id(self, name: str, text: str) -> str:
+        """``fresh_command_id("load", name, text)``, the first candidate hashed from the kind's prefix directly."""
+        h = _LOAD_PREFIX.copy()
+        h.update(f"{name}\x00{text}\x000".encode())
+        cid: str = h.hexdigest()
+        if not (cid in self.queue or cid in self.settled or (cid not in self.forgotten and self.settled_before(cid))):
+            return cid
+        return self.fresh_command_id("load", name, text)
+
+    def _first_free_id(self, base: Any) -> str:
+        """The first ``command_id(..., n)`` no known command holds, from a hasher of everything but ``n``."""
+        h = base.copy()
+        h.update(b"0")
+        cid: str = h.hexdigest()
         n = 0
-        cid = command_id(*content, "0")
-        while self.known_command(cid):
-            n += 1
-            cid = command_id(*content, str(n))
+        while cid in self.queue or cid in self.settled or (cid not in self.forgotten and self.settled_before(cid)):
+            n += 1  # known_command, written out
+            h = base.copy()
+            h.update(str(n).encode())
+            cid = h.hexdigest()
         return cid
 
     # -- facts: servers --------------------------------------------------------------------------
@@ -463,6 +519,16 @@ class Projected:
         if item.move_id is None and item.action == "load" and self._deferred is None and not self._refreshing \
                 and cid not in self.queue and self._enqueue_lone_load(cid, item):
             return
+        self._enqueue_general(cid, item)
+
+    def enqueue_load(self, cid: str, item: InFlight) -> None:
+        """:meth:`enqueue` of a plain load (no move) under an id nothing holds (a fresh one): its checks written
+        out, the fast path tried first."""
+        if self._deferred is None and not self._refreshing and self._enqueue_lone_load(cid, item):
+            return
+        self._enqueue_general(cid, item)
+
+    def _enqueue_general(self, cid: str, item: InFlight) -> None:
         old = self._unindex(cid)
         self.queue[cid] = item
         self.by_place.setdefault((item.server, item.segment), set()).add(cid)
@@ -484,18 +550,20 @@ class Projected:
         the pair is not such a one (the general path then runs). It leaves the same indexes, in the same insertion
         order, as the general path (``tests/unit/placement/test_lone_load.py``)."""
         name, sid = item.server, item.segment
-        place = (name, sid)
         tier = self.tier_of.get(name)
         seg = self.segments.get(sid)
-        if tier is None or seg is None or place in self.by_place:
+        if tier is None or seg is None:
             return False
         held, sourced = self.held.get(name), self._sourced.get(name)
         if (held is not None and sid in held) or (sourced is not None and sid in sourced):
             return False
+        place = (name, sid)
+        cids = {cid}
+        if self.by_place.setdefault(place, cids) is not cids:
+            return False  # something in flight for the pair (setdefault left it as it was)
         # not held, nothing in flight, not a move source: the pair derived nothing, so it has no entry in _pairs
-        # the facts (as the general path's bookkeeping)
+        # the facts (as the general path's bookkeeping; by_place was written just above)
         self.queue[cid] = item
-        self.by_place[place] = {cid}
         mine = self._by_server.get(name)
         if mine is None:
             self._by_server[name] = {cid}
@@ -507,26 +575,28 @@ class Projected:
         # the pair's projection and its contribution (as _refresh_pair and _contribute: loading, not loaded)
         self.touched_segments.add(sid)
         self.mark_pending.add(sid)
-        purpose = _queue_purpose(item.purpose)
-        queued = QueueItem("load", sid, purpose, None, item.source)
+        purpose = item.purpose
+        if purpose != "decommissioning" and purpose != "balancing":
+            purpose = "loading"  # _queue_purpose, written out
+        queued = _new_queue_item("load", sid, purpose, None, item.source)
         size = seg.size
-        self._pairs[place] = _Derived(tier, size, False, queued, cid, False, name in self.decommissioning)
+        self._pairs[place] = _new_tuple(_Derived, (tier, size, False, queued, cid, False, name in self.decommissioning))
         self.loading[name][sid] = queued
         self.queued[name][purpose] += 1
         self.used_bytes[name] += size
         self.loading_bytes[name] += size
-        pending = self.pending.get(sid)
-        if pending is None:
-            self.pending[sid] = {name}
-        else:
+        servers = {name}
+        pending = self.pending.setdefault(sid, servers)
+        if pending is not servers:
             pending.add(name)
         counts = self.pending_in.get(sid)
         if counts is None:
-            counts = self.pending_in[sid] = Counter()
-        counts[tier] += 1
+            counts = self.pending_in[sid] = _new_counter(Counter)  # an empty Counter without its Python __init__
+        counts[tier] = counts.get(tier, 0) + 1
         loaded = self.loaded_in.get(sid)
         # a replica load (the tier holds a copy) is one more for the throttle (the key is made either way, as there)
-        self.replica_loads[tier] += 1 if loaded and loaded[tier] > 0 else 0
+        replica_loads = self.replica_loads
+        replica_loads[tier] = replica_loads.get(tier, 0) + (1 if loaded and loaded.get(tier, 0) > 0 else 0)
         if name in self.caches:  # the pair entered the projection (see _refresh_pair)
             self._cache_delta.setdefault(name, {})[sid] = True
         if tier in self.tier_indexes:

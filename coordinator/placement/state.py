@@ -77,6 +77,7 @@ from events.cluster import (
     ServerRecommissioned,
 )
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
+from events.compiled import constructor
 from events.envelope import Envelope
 from events.registry import Event
 from events.segment import SegmentDescriptor, SegmentId
@@ -119,6 +120,9 @@ def command_purpose(event: LoadSegment | DropSegment) -> str:
     """Why the command was issued: its ``purpose`` field (v1 payloads get one from the upcaster on decode; the
     reason text is never read). The queue share it counts against follows from it (see ``projected``)."""
     return event.purpose
+
+
+_new_in_flight = constructor(InFlight)  # InFlight(...) with every field given, without the frozen __init__
 
 
 def _abandoned(move_id: str) -> str:
@@ -441,8 +445,8 @@ class PlacementState(Projected):
         Returns the load's command id, which is also the move id of a move."""
         text = str(sid)
         if source is None:
-            cid = self.fresh_command_id("load", name, text)
-            self.enqueue(cid, InFlight(name, "load", sid, now, None, None, purpose))
+            cid = self.fresh_load_id(name, text)
+            self.enqueue_load(cid, _new_in_flight(name, "load", sid, now, None, None, purpose))
             return cid
         cid = self.fresh_command_id("move", name, source, text)
         self.enqueue(cid, InFlight(name, "load", sid, now, cid, source, purpose))

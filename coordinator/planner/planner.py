@@ -45,7 +45,7 @@ import hashlib
 import math
 import operator
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -59,12 +59,15 @@ from coordinator.planner.cost_shelf import CostCacheShelf
 from coordinator.rules.rule import Rule
 from coordinator.timeline.timeline import Timeline
 from events.commands import CommandPurpose
+from events.compiled import constructor
 from events.segment import SegmentDescriptor, SegmentId
 
 FULL_RUN_EVERY_MS = 15 * 60_000  # an incremental planner looks at every segment at least this often (event time)
 CommandType = Literal["load", "drop", "move", "cancel"]
 _ID = operator.attrgetter("sort_key")  # segment ids in their own order, compared as plain tuples
 _CHUNK = operator.attrgetter("interval.start", "interval.end", "version")  # a segment's (or id's) time chunk
+_START = operator.attrgetter("interval.start")
+_END = operator.attrgetter("interval.end")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,11 @@ class Plan:
     deferred: frozenset[SegmentId] = frozenset()  # segments left short (no room, throttled, stuck): plan again
 
 
+# PlanCommand(...) with every field given positionally, without the frozen __init__'s setattr calls (a full run makes
+# one per load)
+_new_command = constructor(PlanCommand)
+
+
 @dataclass(slots=True)
 class _Target:
     """A rule's target for the segments it applies to (one shared instance per rule and run: never mutated)."""
@@ -126,6 +134,41 @@ def _newest_first(sid: SegmentId) -> tuple[int, int, str, int, str]:
     the id's own order breaks the ties of the first four)."""
     interval = sid.interval
     return (-interval.end, -interval.start, sid.version, sid.partition_id, sid.data_source)
+
+
+_TIE_BREAK = operator.attrgetter("version", "partition_id", "data_source")
+
+
+def _newest_first_order(sids: Iterable[SegmentId]) -> list[SegmentId]:
+    """``sorted(sids, key=_newest_first)``, the interval part in NumPy: the ids' bounds read in C, sorted by
+    (end, start) descending with one ``lexsort``; only the ids sharing an interval (data sources, versions,
+    partitions of one hour) are sorted by the tie-break in Python, each group apart. Few ids: the plain sort.
+
+    >>> from events import Interval
+    >>> ids = [SegmentId(ds, Interval(s, s + 10), v, p) for ds in "ba" for s in (0, 10, 5) for v in ("v2", "v1")
+    ...        for p in (1, 0)] * 30
+    >>> _newest_first_order(ids) == sorted(ids, key=_newest_first)
+    True
+    """
+    out = list(sids)
+    n = len(out)
+    if n < 256:
+        out.sort(key=_newest_first)
+        return out
+    end = np.fromiter(map(_END, out), dtype=np.int64, count=n)
+    start = np.fromiter(map(_START, out), dtype=np.int64, count=n)
+    order = np.lexsort((start, end))[::-1]  # (end, start) descending
+    end, start = end[order], start[order]
+    out = list(map(out.__getitem__, order.tolist()))
+    cuts = (np.flatnonzero((end[1:] != end[:-1]) | (start[1:] != start[:-1])) + 1).tolist()
+    for lo, hi in zip([0, *cuts], [*cuts, n], strict=True):
+        if hi - lo > 1:  # one interval: the tie-break decides, ascending
+            out[lo:hi] = sorted(out[lo:hi], key=_TIE_BREAK)
+    return out
+
+
+# a segment's loaded_in, holders and pending entries as a caller just read them (see _Run.load)
+_Copies = tuple["Counter[str] | None", "set[str] | None", "set[str] | None"]
 
 
 class _Run:
@@ -160,6 +203,7 @@ class _Run:
         self.commands: list[PlanCommand] = []
         self.unused: list[tuple[SegmentId, str]] = []
         self.metrics: Counter[str] = Counter()
+        self._assigned: dict[str, str] = {}  # tier -> its segment/assigned/count key (made once, not per load)
         self.moves_made: Counter[str] = Counter()  # balancing moves per tier
         self.drained: Counter[str] = Counter()  # moves off decommissioning servers per tier
         self._budgets: dict[str, tuple[int, int]] | None = None  # tier -> (maxSegmentsToMove, drains reserved)
@@ -168,7 +212,9 @@ class _Run:
         self.to_be_balanced: dict[str, list[SegmentId]] = {}
         self.visited: dict[str, set[SegmentId]] = {}
         self.compute_cost = compute_cost
-        self.targets: dict[SegmentId, _Target] = {}  # in no particular order: passes sort what they visit
+        # planned segments' targets, in no particular order (passes sort what they visit); a full run keeps those of
+        # interval-free data sources in ``_fixed`` instead (:meth:`planned_target` reads both)
+        self.targets: dict[SegmentId, _Target] = {}
         self._outside: dict[SegmentId, _Target] = {}  # targets of segments outside a run's scope, when needed
         self.deferred: set[SegmentId] = set()
         self._match = self.rules.matcher(now)
@@ -178,28 +224,59 @@ class _Run:
         self._classes: dict[int, tuple[_Target, set[SegmentId]]] = {}
         # the segments a pass of stage 1 / stages 3-4 may still act on (computed at the first pass; copies only grow
         # before stage 12, so a segment served or at its target stays so and later passes skip it)
-        self._unserved: set[SegmentId] | None = None
-        self._short: set[SegmentId] | None = None
-        planned = state.used if scope is None else scope & state.used
-        by_source: dict[str, list[SegmentId]] = {}
-        for sid in planned:
-            by_source.setdefault(sid.data_source, []).append(sid)
-        # a full run's used segments by data source (marking overshadowed segments reads them again)
-        self._used_by_source = by_source if scope is None else None
-        for source, sids in by_source.items():
-            fixed, rule = self.rules.interval_free(source)
-            if fixed:  # one target for the whole data source: no per-segment matching
-                shared = self._target_of_rule(rule)
-                self.targets.update(dict.fromkeys(sids, shared))
-                self._member_set(shared).update(sids)
-            else:
-                for sid in sids:
-                    target = self.targets[sid] = self.target(sid)
-                    self._member_set(target).add(sid)
+        self._unserved: list[SegmentId] | None = None  # in the loading order (newest first)
+        self._short: list[SegmentId] | None = None
+        self._unheld: set[SegmentId] | None = None  # a full run's load-rule segments with no holder, at its start
+        self._under: dict[str, str] = {}  # tier -> stages 3-4's reason (made once, not per load)
+        self._queue_cap = self.queue_cap()  # the limits are the run's
+        # a full run's interval-free data sources (see below): data source -> the one target of its used segments
+        self._fixed: dict[str, _Target] = {}
+        # a full run's used segments by data source when the fold's used index could not give them (marking reads them)
+        self._used_by_source: dict[str, list[SegmentId]] | None = None
+        if scope is None and len(state.used) == sum(len(index) for index in state.used_index.values()):
+            # every used segment is in the fold's used index (its keys are the used set): the segments by data source
+            # without a pass over them, and the classes filled from the index's dicts (stored hashes, no Python-level
+            # SegmentId.__hash__ per segment)
+            for source, index in state.used_index.items():
+                fixed, rule = self.rules.interval_free(source)
+                keyed = index.keyed()
+                if fixed:  # one target for the whole data source: no per-segment matching, no per-segment entry
+                    shared = self._fixed[source] = self._target_of_rule(rule)
+                    self._member_set(shared).update(keyed)
+                else:
+                    for sid in keyed:
+                        target = self.targets[sid] = self.target(sid)
+                        self._member_set(target).add(sid)
+        else:
+            planned = state.used if scope is None else scope & state.used
+            by_source: dict[str, list[SegmentId]] = {}
+            for sid in planned:
+                by_source.setdefault(sid.data_source, []).append(sid)
+            if scope is None:
+                self._used_by_source = by_source
+            for source, sids in by_source.items():
+                fixed, rule = self.rules.interval_free(source)
+                if fixed:  # one target for the whole data source: no per-segment matching
+                    shared = self._target_of_rule(rule)
+                    self.targets.update(dict.fromkeys(sids, shared))
+                    self._member_set(shared).update(sids)
+                else:
+                    for sid in sids:
+                        target = self.targets[sid] = self.target(sid)
+                        self._member_set(target).add(sid)
+
+    def planned_target(self, sid: SegmentId) -> _Target | None:
+        """The target of a segment the run plans (None: not planned: unused, or outside a scoped run's scope)."""
+        target = self.targets.get(sid)
+        if target is None and self._fixed:
+            target = self._fixed.get(sid.data_source)
+            if target is not None and sid not in self.p.used:  # a full run plans the used segments (as of its start)
+                return None
+        return target
 
     def target_of(self, sid: SegmentId) -> _Target:
         """The rule's target for any used segment (scoped runs compute those outside the scope on demand)."""
-        known = self.targets.get(sid)
+        known = self.planned_target(sid)
         if known is None:
             known = self._outside.get(sid)
             if known is None:
@@ -287,17 +364,38 @@ class _Run:
                 and self.p.free_bytes(name) >= self.p.size(sid))
 
     # -- choosing servers --------------------------------------------------------------
-    def pick(self, sid: SegmentId, tier: str, purpose: Purpose, share: float | None, relative: bool) -> str | None:
-        """A server of the tier for one more copy: round robin (Druid's default) or the cheapest of the top B."""
+    def pick(self, sid: SegmentId, tier: str, purpose: Purpose, share: float | None, relative: bool,
+             copies: _Copies | None = None) -> str | None:
+        """A server of the tier for one more copy: round robin (Druid's default) or the cheapest of the top B.
+        ``copies``: as :meth:`load` takes them."""
         p = self.p
         all_names = p.tiers.get(tier, [])
         if self.limits.use_round_robin:  # the next server that can take it, from the copies or the tier's cursor
-            after = self.after_copies(sid, tier, all_names)
+            if copies is None:
+                holders, pending = p.holders.get(sid), p.pending.get(sid)
+            else:
+                holders, pending = copies[1], copies[2]
+            after = None
+            if holders or pending:  # after_copies, written out
+                order = self._rr_order.get(tier)
+                if order is None:
+                    order = self._rr_order[tier] = {n: i for i, n in enumerate(all_names)}
+                last = -1
+                for group in (holders, pending):
+                    if group:
+                        for n in group:
+                            at = order.get(n)
+                            if at is not None and at > last:
+                                last = at
+                if last >= 0:
+                    after = last + 1
             start = after if after is not None else self.cursor.get(tier)
             if start is None:
                 start = self.rotation(tier, all_names)
             # can_take and room, written out (a full run asks them for every load it makes)
-            cap, size, holders = self.queue_cap(), p.size(sid), p.holders.get(sid, ())
+            seg = p.segments.get(sid)
+            cap, size = self._queue_cap, seg.size if seg is not None else 0
+            held_by: Collection[str] = holders if holders is not None else ()
             limit = None if share is None else cap * share
             draining, loading, used_bytes, servers, queued = p.decommissioning, p.loading, p.used_bytes, p.servers, \
                 p.queued
@@ -305,14 +403,16 @@ class _Run:
             for k in range(count):
                 i = (start + k) % count
                 n = all_names[i]
-                if n in draining or n in holders or sid in loading[n] \
-                        or servers[n].max_size_bytes - used_bytes[n] < size:
+                queue = loading[n]
+                if n in draining or n in held_by or sid in queue or servers[n].max_size_bytes - used_bytes[n] < size:
                     continue  # not can_take
-                total = len(loading[n])
+                total = len(queue)
                 if total >= cap or (limit is not None and not (queued[n][purpose] if relative else total) < limit):
                     continue  # not room (``not <``, as room asks: a limit of inf * 0 is NaN, which nothing is below)
                 if after is None:  # the segment's first copy in the tier: its replicas take the next servers
-                    want = self.target_of(sid).replicants.get(tier, 1)
+                    # (only planned segments are picked for: a full run's interval-free ones by their data source)
+                    target = self._fixed.get(sid.data_source) or self.target_of(sid)
+                    want = target.replicants.get(tier, 1)
                     self.cursor[tier] = (i + max(1, want)) % len(all_names)
                 return n
             return None
@@ -320,7 +420,7 @@ class _Run:
         if not names:
             return None
         costs = self.server_costs(tier, sid, names)
-        best = num_best_servers(max(1, self.targets.get(sid, _Target("none")).replicants.get(tier, 1)),
+        best = num_best_servers(max(1, (self.planned_target(sid) or _Target("none")).replicants.get(tier, 1)),
                                 self.p.active.get(tier, 0), self.log_base)
         ranked = self.rank(names, costs)[:best]
         for n in ranked:
@@ -394,21 +494,30 @@ class _Run:
         self.commands.append(command)
 
     def load(self, sid: SegmentId, tier: str, stage: int, reason: str, share: float | None,
-             relative: bool = True, throttle: bool = True) -> bool:
-        replica = self.p.is_replica(sid, tier)
+             relative: bool = True, throttle: bool = True, copies: _Copies | None = None) -> bool:
+        """One more copy of ``sid`` in ``tier``, if the throttle and a server's queue allow. ``copies``: the segment's
+        ``loaded_in``, ``holders`` and ``pending`` entries as the caller read them since the last load (None: read
+        them here)."""
+        loaded = self.p.loaded_in.get(sid) if copies is None else copies[0]
+        replica = bool(loaded) and loaded.get(tier, 0) > 0  # type: ignore[union-attr]  # p.is_replica, written out
         if replica and throttle and self.p.replica_loads[tier] >= self.limits.replication_throttle_limit:
             self.metrics[f"segment/replicationThrottled/count/{tier}"] += 1
             self.deferred.add(sid)
             return False
-        name = self.pick(sid, tier, "loading", share, relative)
+        name = self.pick(sid, tier, "loading", share, relative, copies)
         if name is None:
             self.metrics[f"segment/assignSkipped/count/{tier}"] += 1  # no server with room (or queue share) now
             self.deferred.add(sid)
             return False
         purpose: CommandPurpose = "replica" if replica else "loading"
         cid = self.p.plan_load(name, sid, purpose, self.now)
-        self.metrics[f"segment/assigned/count/{tier}"] += 1
-        self.emit(PlanCommand("load", name, sid, tier, stage, reason, replica, command_id=cid, purpose=purpose))
+        key = self._assigned.get(tier)
+        if key is None:
+            key = self._assigned[tier] = f"segment/assigned/count/{tier}"
+        metrics = self.metrics
+        metrics[key] = metrics.get(key, 0) + 1
+        self.commands.append(_new_command("load", name, sid, tier, stage, reason, replica, None, None, cid, None,
+                                          purpose))  # emit, written out
         return True
 
     # -- stages 1-4: loading -----------------------------------------------------------
@@ -421,16 +530,25 @@ class _Run:
         p = self.p
         todo = self._unserved
         if todo is None:
-            todo = self._unserved = self.members("load").difference(p.holders).difference(p.pending)
-        holders, pending = p.holders, p.pending
-        for sid in sorted(todo, key=_newest_first):
-            if holders.get(sid) or pending.get(sid):  # served (p.anywhere)
-                todo.discard(sid)
+            unheld = self._unheld  # the start metrics' (holders change in no stage before this one)
+            if unheld is None:
+                unheld = self.members("load").difference(p.holders)
+            self._unheld = None
+            todo = _newest_first_order(unheld.difference(p.pending))
+        left: list[SegmentId] = []  # what the next pass visits (in this order): the segments still unserved
+        holders, pending, fixed, targets = p.holders, p.pending, self._fixed, self.targets
+        for sid in todo:
+            held, queued_on = holders.get(sid), pending.get(sid)
+            if held or queued_on:  # served (p.anywhere)
                 continue
-            for tier in self.targets[sid].primary_first:
-                if self.load(sid, tier, stage, "unavailable: first copy", None, throttle=False):
-                    todo.discard(sid)  # served now, so until stage 12: a revisit would skip it
-                    break
+            # no holder, so no loaded copy in any tier (loaded_in counts holders); valid until a load succeeds
+            copies = (None, held, queued_on)
+            for tier in (fixed.get(sid.data_source) or targets[sid]).primary_first:
+                if self.load(sid, tier, stage, "unavailable: first copy", None, throttle=False, copies=copies):
+                    break  # served now, so until stage 12: a revisit would skip it
+            else:
+                left.append(sid)
+        self._unserved = left
 
     def broadcast(self, stage: int, share: float | None, relative: bool) -> None:
         for sid in sorted(self.members("broadcast"), key=_ID):
@@ -454,21 +572,36 @@ class _Run:
         ones (set arithmetic, :meth:`short_segments`) and every pass visits those alone, in the same order."""
         todo = self._short
         if todo is None:
-            todo = self._short = self.short_segments()
+            todo = _newest_first_order(self.short_segments())
+        left: list[SegmentId] = []  # what the next pass visits (in this order): the segments still short
         p = self.p
         holders, pending, loaded_in, pending_in = p.holders, p.pending, p.loaded_in, p.pending_in
-        for sid in sorted(todo, key=_newest_first):
-            if not holders.get(sid) and not pending.get(sid):  # served nowhere (not p.anywhere)
+        fixed, targets, reasons = self._fixed, self.targets, self._under
+        for sid in todo:
+            held, queued_on = holders.get(sid), pending.get(sid)
+            if not held and not queued_on:  # served nowhere (not p.anywhere): stage 1's, perhaps in a later pass
+                left.append(sid)
                 continue
             short = False
-            for tier, want in self.targets[sid].by_tier:
-                loaded, queued = loaded_in.get(sid), pending_in.get(sid)  # p.copies(sid, tier).total, unboxed
-                need = want - (loaded[tier] if loaded else 0) - (queued[tier] if queued else 0)
-                while need > 0 and self.load(sid, tier, stage, f"under-replicated in {tier}", share, relative):
+            loaded, queued = loaded_in.get(sid), pending_in.get(sid)
+            fresh = True  # held, queued_on, loaded, queued read since the segment's last load
+            for tier, want in (fixed.get(sid.data_source) or targets[sid]).by_tier:
+                if not fresh:  # p.copies(sid, tier).total, unboxed: read again after a load
+                    held, queued_on = holders.get(sid), pending.get(sid)
+                    loaded, queued = loaded_in.get(sid), pending_in.get(sid)
+                    fresh = True
+                need = want - (loaded.get(tier, 0) if loaded else 0) - (queued.get(tier, 0) if queued else 0)
+                reason = reasons.get(tier)
+                if reason is None:
+                    reason = reasons[tier] = f"under-replicated in {tier}"
+                copies: _Copies | None = (loaded, held, queued_on)  # load and pick read them, until a load succeeds
+                while need > 0 and self.load(sid, tier, stage, reason, share, relative, copies=copies):
                     need -= 1
+                    copies, fresh = None, False
                 short = short or need > 0
-            if not short:
-                todo.discard(sid)
+            if short:
+                left.append(sid)
+        self._short = left
 
     def short_segments(self) -> set[SegmentId]:
         """The load-rule segments with fewer copies (loaded or queued) than their target in some tier."""
@@ -501,7 +634,7 @@ class _Run:
             tier = self.p.tier_of[name]
             held = self.p.loaded[name] if self.scope is None else self.p.loaded[name] & self.scope
             for sid in sorted((s for s in held if name in self.p.holders.get(s, ())), key=_ID):
-                target = self.targets.get(sid)
+                target = self.planned_target(sid)
                 if target is None or target.kind != "load" or name in self.p.move_sources.get(sid, ()):
                     continue
                 active = sum(1 for n in self.p.holders.get(sid, ()) if self.p.tier_of[n] == tier
@@ -674,7 +807,7 @@ class _Run:
     def unload(self, stage: int) -> None:
         p = self.p
         for sid in sorted(self.unload_candidates(), key=_ID):
-            target = self.targets.get(sid)
+            target = self.planned_target(sid)
             if sid not in p.used or target is None or target.kind == "drop":
                 reason = "unused" if sid not in p.used or target is None else "drop rule"
                 for name in sorted(n for n in p.tier_of if sid in p.loading[n]):
@@ -792,6 +925,8 @@ class _Run:
         if self.scope is None or p.mark_all:
             p.mark_all = False
             by_source = self._used_by_source  # the run's used segments: nothing left the used set since
+            if by_source is None and len(p.used) == sum(len(index) for index in p.used_index.values()):
+                by_source = {source: list(index.keyed()) for source, index in p.used_index.items()}
             if by_source is None:
                 by_source = {}
                 for sid in p.used:
@@ -848,7 +983,9 @@ class _Run:
         """:meth:`metrics_at_start` for every segment at once: set arithmetic over the tiers' loaded copies."""
         p = self.p
         classes = self.classes("load")
-        unavailable = sum(len(m.difference(p.holders)) for _, m in classes)
+        # stage 1 starts from the same set (no stage before it changes a holder): computed once
+        self._unheld = self.members("load").difference(p.holders)
+        unavailable = len(self._unheld)
         if unavailable:
             self.metrics["segment/unavailable/count"] += unavailable
         depth: dict[str, int] = {}
@@ -856,6 +993,8 @@ class _Run:
             for tier, want in t.replicants.items():
                 depth[tier] = max(depth.get(tier, 0), want)
         for tier, d in sorted(depth.items()):
+            if d < 2:
+                continue  # only targets of 2 or more copies can be under-replicated with a copy loaded
             levels = self.copy_levels(tier, d, pending=False)
             under = sum(len(m & levels[0]) - len(m & levels[want - 1])
                         for t, m in classes for tt, want in t.replicants.items() if tt == tier and want > 1)
@@ -955,7 +1094,8 @@ def _versions_overlap(segments: Sequence[SegmentDescriptor] | Sequence[SegmentId
 
     The distinct chunks in (start, end) order: one shares an instant with an earlier one exactly when it starts
     before the latest end so far (two chunks of one interval: when the interval is not empty). Vectorised: a
-    data source of a million hourly segments costs a set of their chunks and two NumPy passes.
+    data source of a million hourly segments costs two reads of their bounds in C and a few NumPy passes; the set
+    of chunks is only built when some ids share an interval (partitions, or versions of one interval).
 
     >>> from events import Interval
     >>> ids = [SegmentId("w", Interval(0, 10), "v1"), SegmentId("w", Interval(10, 20), "v1", 1)]
@@ -963,8 +1103,21 @@ def _versions_overlap(segments: Sequence[SegmentDescriptor] | Sequence[SegmentId
     (False, True)
     >>> _versions_overlap(ids + [SegmentId("w", Interval(0, 10), "v0")])
     True
+    >>> _versions_overlap(ids + [SegmentId("w", Interval(0, 10), "v1", 2)])  # a partition of a chunk: no overlap
+    False
     """
-    chunks = set(map(_CHUNK, segments))
+    n = len(segments)
+    if n < 2:
+        return False
+    # first without building the chunks: every id's interval in C (no per-id Python step); when no two ids share an
+    # interval every id is its own chunk and the test below is the same one on the same (start, end) pairs
+    start = np.fromiter(map(_START, segments), dtype=np.int64, count=n)
+    end = np.fromiter(map(_END, segments), dtype=np.int64, count=n)
+    order = np.lexsort((end, start))
+    start, end = start[order], end[order]
+    if not np.any((start[1:] == start[:-1]) & (end[1:] == end[:-1])):
+        return bool(np.any(start[1:] < np.maximum.accumulate(end)[:-1]))
+    chunks = set(map(_CHUNK, segments))  # ids sharing an interval: partitions of one chunk, or versions of it
     if len(chunks) < 2:
         return False
     starts, ends, _versions = zip(*chunks, strict=True)

@@ -22,7 +22,7 @@ order); add and remove are O(1).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Generic, TypeVar
 
 from events.interval import Interval
@@ -49,6 +49,11 @@ class IntervalIndex(Generic[K, V]):
 
     def __contains__(self, key: K) -> bool:
         return key in self._where
+
+    def keyed(self) -> Mapping[K, object]:
+        """Every key, as a mapping to read only (a dict: ``set.update`` and ``dict.fromkeys`` of it reuse the keys'
+        stored hashes instead of hashing each key again)."""
+        return self._where
 
     def add(self, key: K, interval: Interval, value: V) -> None:
         if key in self._where:
