@@ -39,7 +39,15 @@ same segment id back only if that segment's interval holds the row and overlaps
 the requested interval (else it is refused, as Druid does), and only after doing
 what a fresh request does: a member of the same group joins the lock (so it can
 publish), a task whose lock was revoked is refused, a released lock is acquired
-again. An allocation never waits: if the lock cannot be had it is denied.
+again. An allocation never waits: if the lock cannot be had it is denied. The
+records last while the allocating task's group has a running task (the fold
+deletes them when its last task ends, as Druid deletes a task allocator's
+pending segments; see ``LockboxState._prune_allocations``).
+
+**Beside the group's REPLACE lock** an allocation under an exclusive or shared
+lock that does not overwrite is refused (Druid never lets them coexist): an
+APPEND of the group would join its newer pending version and hide the REPLACE's
+rows once both commit.
 """
 
 from __future__ import annotations

@@ -80,10 +80,14 @@ class SourceState:
     replace_chunks: frozenset[ChunkVersion] = frozenset()
     # overwrite partition ids (Druid's numbered_overwrite, from 32768), never reused, apart from root ids
     next_overwrite: dict[ChunkVersion, int] = field(default_factory=dict)
-    # ids of overwriting locks (see :func:`overwrites`) released by their last holder: the allocations made
-    # under them stay (a repeated request gets its id back) but never steer an appending allocation again,
-    # whatever locks their task holds later (an overwriting version is not data until it commits)
+    # ids of overwriting locks (see :func:`overwrites`) released by their last holder while a running task's
+    # allocation was made under them: that allocation stays (a repeated request gets its id back) but never
+    # steers an appending allocation again, whatever locks its task holds later (an overwriting version is not
+    # data until it commits). Kept only while such an allocation of a running task remains.
     released_overwrites: frozenset[str] = frozenset()
+    # group id -> the tasks of that group that allocated here (running or ended): when the group's last
+    # running task ends, their allocations are deleted (Druid deletes a task allocator's pending segments)
+    allocators: dict[str, frozenset[str]] = field(default_factory=dict)
     # derived from ``segments`` (never stored, not compared): the partitions of each chunk and the segments by
     # interval, so a publish's checks cost its own segments' neighbourhood, not the data source's size
     chunk_partitions: dict[ChunkVersion, set[int]] = field(init=False, compare=False, repr=False)
@@ -110,13 +114,14 @@ class SourceState:
             dict(self.locks), dict(self.holders), self.lock_seq, dict(self.segments), dict(self.next_partition),
             dict(self.allocations), self.metadata, dict(self.appended_under), self.committed_replaces,
             list(self.waiters), self.replace_chunks, dict(self.next_overwrite), self.released_overwrites,
+            dict(self.allocators),
         )
 
     def persistent(self) -> tuple[Any, ...]:
         """Everything but the waiters, for comparing a replayed state with the live one."""
         return (self.locks, self.holders, self.lock_seq, self.segments, self.next_partition, self.allocations,
                 self.metadata, self.appended_under, self.committed_replaces, self.replace_chunks,
-                self.next_overwrite, self.released_overwrites)
+                self.next_overwrite, self.released_overwrites, self.allocators)
 
     def locks_of(self, task_id: str) -> list[TaskLock]:
         return [self.locks[i] for i, tasks in self.holders.items() if task_id in tasks]
@@ -206,6 +211,8 @@ class LockboxState:
             if info is not None and info.data_source in self.sources:
                 src = self.sources[info.data_source]
                 src.waiters = [w for w in src.waiters if w.request.task_id != event.task_id]
+            if info is not None:
+                self._prune_allocations(info)
         elif isinstance(event, LockGranted):
             lock = event.lock
             src = self.source(lock.data_source)
@@ -239,7 +246,8 @@ class LockboxState:
                     continue
                 src.holders.pop(lock_id, None)
                 gone = src.locks.pop(lock_id, None)
-                if gone is not None and overwrites(gone):
+                if gone is not None and overwrites(gone) and any(
+                        a.lock_id == lock_id and a.task_id in self.tasks for a in src.allocations.values()):
                     src.released_overwrites |= {lock_id}
                 src.appended_under.pop(lock_id, None)
                 src.committed_replaces -= {lock_id}
@@ -250,7 +258,11 @@ class LockboxState:
             if event.sequence_name is not None:
                 key = allocation_key(event.sequence_name, event.previous_segment_id, event.segment.interval,
                                      event.skip_lineage_check)
-                src.allocations.setdefault(key, event)
+                if key not in src.allocations:
+                    src.allocations[key] = event
+                    info = self.tasks.get(event.task_id)
+                    group = info.group_id if info is not None else event.task_id
+                    src.allocators[group] = src.allocators.get(group, frozenset()) | {event.task_id}
         elif isinstance(event, PublishAccepted):
             self._apply_publish(event)
         elif isinstance(event, SegmentsImported) and not event.already_imported:
@@ -258,6 +270,23 @@ class LockboxState:
             for seg in event.segments:
                 src.add_segment(seg)
                 src.reserve(seg)
+
+    def _prune_allocations(self, ended: TaskInfo) -> None:
+        """After ``ended`` deregistered: once its group has no running task, delete the allocations its tasks
+        made (Druid deletes a task allocator's pending segments when its last task ends; until then a repeated
+        request of any member gets the same id back). Allocations of ended tasks never steer a decision (see
+        ``allocation._pending``), so released overwriting lock ids that no running task's allocation names are
+        dropped too. Both stay bounded by what running tasks (and their groups) allocated."""
+        group = ended.group_id
+        group_done = not any(t.group_id == group for t in self.tasks.values())
+        for src in self.sources.values():
+            tasks = src.allocators.get(group) if group_done else None
+            if tasks is not None:
+                del src.allocators[group]
+                src.allocations = {k: a for k, a in src.allocations.items() if a.task_id not in tasks}
+            if src.released_overwrites:
+                named = {a.lock_id for a in src.allocations.values() if a.task_id in self.tasks}
+                src.released_overwrites &= named
 
     def _apply_publish(self, event: PublishAccepted) -> None:
         if event.already_published:
