@@ -173,6 +173,10 @@ class LockboxState:
         self.ended: set[str] = set()
         self.sources: dict[str, SourceState] = {}
         self.lock_source: dict[str, str] = {}  # lock id -> data source
+        # derived, rebuilt on first use after a restore: running tasks per group (from ``tasks``), and the data
+        # sources where each group allocated (from the sources' ``allocators``)
+        self._running: dict[str, int] | None = None
+        self._allocated_in: dict[str, set[str]] | None = None
 
     def source(self, data_source: str) -> SourceState:
         src = self.sources.get(data_source)
@@ -186,6 +190,7 @@ class LockboxState:
         other.ended = set(self.ended)
         other.sources = {ds: src.copy() for ds, src in self.sources.items()}
         other.lock_source = dict(self.lock_source)
+        other._running = dict(self._running) if self._running is not None else None
         return other
 
     def persistent(self) -> tuple[Any, ...]:
@@ -202,11 +207,19 @@ class LockboxState:
     def apply(self, event: Event) -> None:
         """Fold one decision. Unknown references are ignored, so a replay never fails part way."""
         if isinstance(event, TaskRegistered):
+            if event.task_id in self.tasks:
+                self._running = None  # registered again: recount on next use
+            elif self._running is not None:
+                self._running[event.group_id] = self._running.get(event.group_id, 0) + 1
             self.tasks[event.task_id] = TaskInfo(event.task_id, event.group_id, event.task_type, event.data_source,
                                                  event.priority)
             self.ended.discard(event.task_id)
         elif isinstance(event, TaskDeregistered):
             info = self.tasks.pop(event.task_id, None)
+            if info is not None and self._running is not None:
+                left = self._running.pop(info.group_id, 1) - 1
+                if left > 0:
+                    self._running[info.group_id] = left
             self.ended.add(event.task_id)
             if info is not None and info.data_source in self.sources:
                 src = self.sources[info.data_source]
@@ -262,7 +275,11 @@ class LockboxState:
                     src.allocations[key] = event
                     info = self.tasks.get(event.task_id)
                     group = info.group_id if info is not None else event.task_id
-                    src.allocators[group] = src.allocators.get(group, frozenset()) | {event.task_id}
+                    tasks = src.allocators.get(group, frozenset())
+                    if event.task_id not in tasks:
+                        src.allocators[group] = tasks | {event.task_id}
+                    if self._allocated_in is not None:
+                        self._allocated_in.setdefault(group, set()).add(event.segment.data_source)
         elif isinstance(event, PublishAccepted):
             self._apply_publish(event)
         elif isinstance(event, SegmentsImported) and not event.already_imported:
@@ -271,6 +288,13 @@ class LockboxState:
                 src.add_segment(seg)
                 src.reserve(seg)
 
+    def _running_per_group(self) -> dict[str, int]:
+        if self._running is None:
+            self._running = {}
+            for info in self.tasks.values():
+                self._running[info.group_id] = self._running.get(info.group_id, 0) + 1
+        return self._running
+
     def _prune_allocations(self, ended: TaskInfo) -> None:
         """After ``ended`` deregistered: once its group has no running task, delete the allocations its tasks
         made (Druid deletes a task allocator's pending segments when its last task ends; until then a repeated
@@ -278,15 +302,21 @@ class LockboxState:
         ``allocation._pending``), so released overwriting lock ids that no running task's allocation names are
         dropped too. Both stay bounded by what running tasks (and their groups) allocated."""
         group = ended.group_id
-        group_done = not any(t.group_id == group for t in self.tasks.values())
-        for src in self.sources.values():
-            tasks = src.allocators.get(group) if group_done else None
-            if tasks is not None:
-                del src.allocators[group]
-                src.allocations = {k: a for k, a in src.allocations.items() if a.task_id not in tasks}
-            if src.released_overwrites:
-                named = {a.lock_id for a in src.allocations.values() if a.task_id in self.tasks}
-                src.released_overwrites &= named
+        if group not in self._running_per_group():  # ``ended`` has left ``tasks`` and the counts already
+            if self._allocated_in is None:
+                self._allocated_in = {}
+                for ds, other in self.sources.items():
+                    for g in other.allocators:
+                        self._allocated_in.setdefault(g, set()).add(ds)
+            for ds in sorted(self._allocated_in.pop(group, ())):
+                other = self.sources[ds]
+                tasks = other.allocators.pop(group, None)
+                if tasks is not None:
+                    other.allocations = {k: a for k, a in other.allocations.items() if a.task_id not in tasks}
+        src = self.sources.get(ended.data_source)  # a task allocates in its own data source only
+        if src is not None and src.released_overwrites:
+            named = {a.lock_id for a in src.allocations.values() if a.task_id in self.tasks}
+            src.released_overwrites &= named
 
     def _apply_publish(self, event: PublishAccepted) -> None:
         if event.already_published:

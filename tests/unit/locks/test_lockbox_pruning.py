@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from coordinator.locks.lockbox import Lockbox
 from coordinator.locks.snapshot import decode_snapshot, encode_snapshot, snapshot_to_json
-from events import Interval, LockReleaseRequested
+from events import Envelope, Instant, Interval, LockReleaseRequested, TaskFinished
 from tests.unit.locks.script import Script
 from tests.unit.locks.test_lockbox_correctness import accepted, allocated, rows
 
@@ -91,3 +91,17 @@ def test_a_released_overwriting_lock_is_forgotten_with_its_tasks_allocations() -
     assert src.allocations, "k still runs in the group: the records stay for a repeated request"
     for other in (Lockbox.replay(s.log), decode_snapshot(encode_snapshot(s.box))):
         assert other.persistent() == s.box.persistent()
+
+
+def test_a_restored_lockbox_counts_the_groups_running_tasks() -> None:
+    """The running tasks per group are derived, not stored: a restored or copied lockbox counts them again
+    and prunes exactly when the live one does."""
+    s = Script()
+    s.start("k1", "index_kafka", group="g"), s.start("k2", "index_kafka", group="g")
+    allocated(_append(s, "k1", "seq-0"))
+    for other in (decode_snapshot(encode_snapshot(s.box)), s.box.copy()):
+        assert isinstance(other, Lockbox)
+        for task in ("k1", "k2"):
+            other.handle(Envelope(TaskFinished(task_id=task, status="success"), f"end-{task}", Instant(s.now),
+                                  "wiki"))
+            assert bool(other.sources["wiki"].allocations) == (task == "k1"), task
