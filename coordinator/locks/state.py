@@ -343,10 +343,15 @@ class LockboxState:
             src.replace_chunks |= {(s.interval.start, s.interval.end, s.version) for s in own}
             return
         group = info.group_id if info is not None else None
+        copied = {(src_id, c.version) for c, src_id in zip(
+            (s for s in event.segments if str(s.id) in upgraded), event.upgraded_from_segment_ids or (),
+            strict=False)}
         for seg in own:
             if not any(lk.lock_type == "append" and lk.interval.contains(seg.interval) for lk in task_locks):
                 continue
             for lock in src.locks.values():
+                # a REPLACE lock that committed already may commit again (another member of its group): an append
+                # its commit did not copy into the lock's version waits for that next commit
                 if (lock.lock_type == "replace" and not lock.revoked and lock.group_id != group
-                        and lock.interval.contains(seg.interval) and lock.lock_id not in src.committed_replaces):
+                        and lock.interval.contains(seg.interval) and (str(seg.id), lock.version) not in copied):
                     src.appended_under[lock.lock_id] = (*src.appended_under.get(lock.lock_id, ()), seg)

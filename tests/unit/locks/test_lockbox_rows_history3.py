@@ -19,7 +19,7 @@ overlap, and whichever the timeline shows, one of them was hidden.
 from __future__ import annotations
 
 from coordinator.locks.lockbox import EPOCH_VERSION
-from events import LockDenied, LockGranted
+from events import Interval, LockDenied, LockGranted
 from tests.unit.locks.script import Script
 from tests.unit.locks.test_lockbox_correctness import DAY, JANUARY, accepted, allocated, rows, seen
 
@@ -74,3 +74,24 @@ def test_a_segment_lock_allocation_never_overlaps_a_pending_chunk_of_its_version
     assert isinstance(day, LockDenied) and "one interval per time chunk" in day.reason, day
     accepted(s.publish("t0", rows(month.segment, 1)))
     assert seen(s) == {1: 1}
+
+
+def test_an_append_between_two_commits_of_one_replace_lock_is_upgraded() -> None:
+    """History C (seed 5 at 10000 examples): two members of a compaction group share one REPLACE lock of the
+    month and commit twice (January 1, then January 2). An append into January 2 committed between the two
+    commits was not recorded under the lock (it had committed once), got no copy (January 2 was not replaced
+    yet), and the second commit hid it."""
+    second_day = Interval.parse("2026-01-02/P1D")
+    s = Script()
+    s.start("c1", "compact", group="g"), s.start("c2", "compact", group="g"), s.start("k", "index_kafka")
+    s.lock("c1", interval=JANUARY, lock_type="replace")
+    later = allocated(s.allocate("c2", interval=second_day, sequence="c2", granularity="timeChunk",
+                                 lock_type="replace"))
+    first = allocated(s.allocate("c1", interval=DAY, sequence="c1", granularity="timeChunk", lock_type="replace"))
+    accepted(s.publish("c1", rows(first.segment, 1), kind="replace"))
+    appended = allocated(s.allocate("k", interval=second_day, sequence="k", granularity="timeChunk",
+                                    lock_type="append"))
+    accepted(s.publish("k", rows(appended.segment, 2), kind="append"))
+    done = accepted(s.publish("c2", rows(later.segment, 3), kind="replace"))
+    assert done.upgraded_from_segment_ids == (appended.segment_id,)
+    assert seen(s) == {1: 1, 2: 1, 3: 1}
