@@ -351,7 +351,9 @@ class LockboxState:
                 continue
             for lock in src.locks.values():
                 # a REPLACE lock that committed already may commit again (another member of its group): an append
-                # its commit did not copy into the lock's version waits for that next commit
+                # older than the lock's version that its commit did not copy into it waits for that next commit
+                # (one at the lock's version, appended into its committed chunk, is visible already)
                 if (lock.lock_type == "replace" and not lock.revoked and lock.group_id != group
-                        and lock.interval.contains(seg.interval) and (str(seg.id), lock.version) not in copied):
+                        and lock.interval.contains(seg.interval) and seg.version < lock.version
+                        and (str(seg.id), lock.version) not in copied):
                     src.appended_under[lock.lock_id] = (*src.appended_under.get(lock.lock_id, ()), seg)

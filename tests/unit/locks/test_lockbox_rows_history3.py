@@ -95,3 +95,18 @@ def test_an_append_between_two_commits_of_one_replace_lock_is_upgraded() -> None
     done = accepted(s.publish("c2", rows(later.segment, 3), kind="replace"))
     assert done.upgraded_from_segment_ids == (appended.segment_id,)
     assert seen(s) == {1: 1, 2: 1, 3: 1}
+
+
+def test_an_append_at_the_replace_version_is_not_copied_again() -> None:
+    """The first fix of history C copied too much: an append into the REPLACE's committed chunk takes its
+    version, is visible already, and a second commit under the lock must not copy it (visible twice)."""
+    s = Script()
+    s.start("c", "compact", group="g"), s.start("k", "index_kafka")
+    first = allocated(s.allocate("c", interval=JANUARY, sequence="c1", granularity="timeChunk", lock_type="replace"))
+    accepted(s.publish("c", rows(first.segment, 1), kind="replace"))
+    appended = allocated(s.allocate("k", interval=DAY, sequence="k", granularity="timeChunk", lock_type="append"))
+    assert appended.segment.version == first.segment.version
+    second = allocated(s.allocate("c", interval=JANUARY, sequence="c2", granularity="timeChunk", lock_type="replace"))
+    accepted(s.publish("k", rows(appended.segment, 2), kind="append"))
+    accepted(s.publish("c", rows(second.segment, 3), kind="replace"))
+    assert seen(s) == {1: 1, 2: 1, 3: 1}
