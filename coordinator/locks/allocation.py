@@ -39,7 +39,15 @@ same segment id back only if that segment's interval holds the row and overlaps
 the requested interval (else it is refused, as Druid does), and only after doing
 what a fresh request does: a member of the same group joins the lock (so it can
 publish), a task whose lock was revoked is refused, a released lock is acquired
-again. An allocation never waits: if the lock cannot be had it is denied.
+again. An allocation never waits: if the lock cannot be had it is denied. The
+records last while the allocating task's group has a running task (the fold
+deletes them when its last task ends, as Druid deletes a task allocator's
+pending segments; see ``LockboxState._prune_allocations``).
+
+**Beside the group's REPLACE lock** an allocation under an exclusive or shared
+lock that does not overwrite is refused (Druid never lets them coexist): an
+APPEND of the group would join its newer pending version and hide the REPLACE's
+rows once both commit.
 """
 
 from __future__ import annotations
@@ -256,8 +264,16 @@ def _allocate_in(box: Lockbox, src: SourceState, req: SegmentAllocationRequested
     overshadowed: tuple[int, ...] = ()
     group: tuple[int, ...] = ()
     shard_spec: dict[str, JsonValue] | None = None
+    replace_lock = _groups_replace_lock(src, req, info, interval)
+    if replace_lock is not None:  # Druid's TaskLockbox: exclusive and shared locks never coexist with a REPLACE
+        return (f"{interval.iso()} overlaps REPLACE lock {replace_lock.lock_id} ({replace_lock.interval.iso()}) of "
+                f"group {info.group_id!r}: a {req.lock_granularity} {req.lock_type} allocation would append above "
+                "its uncommitted version")
     if req.lock_granularity == "segment":
         version = box.version_for(src, lock_req, at)
+        problem = _version_clash(box, src, interval, version)
+        if problem is not None:
+            return problem
         inputs = overwritten_inputs(src, info.group_id, interval, version)
         partition = src.next_overwrite_id(interval, version) if inputs else src.next_partition_id(interval, version)
         lock_req = replace(lock_req, partition_ids=(partition,), version=version)
@@ -291,11 +307,9 @@ def _allocate_in(box: Lockbox, src: SourceState, req: SegmentAllocationRequested
             return f"chunk {interval.iso()} has version {existing}, newer than lock {lock.lock_id} ({lock.version})"
         else:
             version = existing if existing is not None else lock.version
-        clash = sorted((iv for iv in _same_version_chunks(box, src, version)
-                        if iv != interval and iv.overlaps(interval)), key=lambda iv: (iv.start, iv.end))
-        if clash:  # Druid's createNewSegment: "conflicting segment" of the version with another interval
-            return (f"chunk {clash[0].iso()} of version {version} overlaps {interval.iso()}: "
-                    "a version has one interval per time chunk")
+        problem = _version_clash(box, src, interval, version)
+        if problem is not None:
+            return problem
         partition = src.next_partition_id(interval, version)
     if lock.revoked:
         return f"lock {lock.lock_id} was revoked"
@@ -307,6 +321,39 @@ def _allocate_in(box: Lockbox, src: SourceState, req: SegmentAllocationRequested
     emit(SegmentAllocated(request_id=req.request_id, task_id=req.task_id, segment_id=str(segment.id),
                           segment=segment, lock_id=lock.lock_id, sequence_name=req.sequence_name,
                           previous_segment_id=req.previous_segment_id, skip_lineage_check=req.skip_lineage_check))
+    return None
+
+
+def _version_clash(box: Lockbox, src: SourceState, interval: Interval, version: str) -> str | None:
+    """Why a segment of ``version`` in ``interval`` would overlap a chunk of that version with another interval
+    (Druid's createNewSegment: "conflicting segment"), if it would: the timeline keeps one interval per version
+    and time chunk, so one of the two would be hidden."""
+    clash = sorted((iv for iv in _same_version_chunks(box, src, version)
+                    if iv != interval and iv.overlaps(interval)), key=lambda iv: (iv.start, iv.end))
+    if clash:
+        return (f"chunk {clash[0].iso()} of version {version} overlaps {interval.iso()}: "
+                "a version has one interval per time chunk")
+    return None
+
+
+def _groups_replace_lock(src: SourceState, req: SegmentAllocationRequested, info: TaskInfo,
+                         interval: Interval) -> TaskLock | None:
+    """A live REPLACE lock of the task's group overlapping ``interval`` that an appending allocation under an
+    exclusive or shared lock (a segment lock, a lock the allocation takes, or a held one that does not
+    overwrite) would sit beside, if there is one. Druid's TaskLockbox never lets such locks coexist with a
+    REPLACE lock (the group's own included, at equal priority); here a group never blocks itself, so the
+    allocation is refused instead: its lock's version is newer than the REPLACE's, an APPEND of the group
+    would join that pending chunk, and once published it would hide the REPLACE's rows."""
+    if req.lock_type not in ("exclusive", "shared"):
+        return None
+    if req.lock_granularity == "timeChunk":
+        held = _covering_lock(src, req.task_id, interval, req.lock_type)
+        if held is not None and overwrites(held):
+            return None
+    for lock in src.locks.values():
+        if (lock.lock_type == "replace" and lock.group_id == info.group_id and not lock.revoked
+                and lock.interval.overlaps(interval)):
+            return lock
     return None
 
 

@@ -12,7 +12,8 @@ snapshot keeps everything, and keeps every order that a decision can observe:
   names locks in this order), their holders (``locks_of`` follows it), the lock
   sequence, published segments, the never-reused partition counters (root and overwrite),
   allocations, the stream metadata, appends under replace locks (tuple order),
-  committed replace locks, the chunks replace publishes committed, the released overwriting locks and
+  committed replace locks, the chunks replace publishes committed, the released overwriting locks, the
+  tasks of each group that allocated (their allocations go when the group's last task ends) and
   the **waiting requests in arrival order** with their event times (they decide later grants and their
   versions).
 
@@ -53,8 +54,8 @@ from events.segment import SegmentDescriptor
 from events.tasks import LockRequested
 
 #: The layout of :func:`snapshot_to_json`; a reader refuses any other (2: ``replaceChunks``, ``nextOverwrite``;
-#: 3: ``releasedOverwrites``).
-SNAPSHOT_VERSION = 3
+#: 3: ``releasedOverwrites``; 4: ``allocators``, allocations and released locks pruned).
+SNAPSHOT_VERSION = 4
 
 
 class SnapshotError(ValueError):
@@ -86,6 +87,7 @@ def _source_to_json(src: SourceState) -> dict[str, Any]:
         "replaceChunks": [list(key) for key in sorted(src.replace_chunks)],
         "nextOverwrite": [[s, e, v, n] for (s, e, v), n in src.next_overwrite.items()],
         "releasedOverwrites": sorted(src.released_overwrites),
+        "allocators": [[group, sorted(tasks)] for group, tasks in src.allocators.items()],
         "waiters": [[encode_record(w.request), w.at] for w in src.waiters],
     }
 
@@ -122,6 +124,7 @@ def _source_from_json(obj: dict[str, Any]) -> SourceState:
         replace_chunks=frozenset((s, e, v) for s, e, v in obj["replaceChunks"]),
         next_overwrite={(s, e, v): n for s, e, v, n in obj["nextOverwrite"]},
         released_overwrites=frozenset(obj["releasedOverwrites"]),
+        allocators={group: frozenset(tasks) for group, tasks in obj["allocators"]},
     )
 
 

@@ -80,10 +80,14 @@ class SourceState:
     replace_chunks: frozenset[ChunkVersion] = frozenset()
     # overwrite partition ids (Druid's numbered_overwrite, from 32768), never reused, apart from root ids
     next_overwrite: dict[ChunkVersion, int] = field(default_factory=dict)
-    # ids of overwriting locks (see :func:`overwrites`) released by their last holder: the allocations made
-    # under them stay (a repeated request gets its id back) but never steer an appending allocation again,
-    # whatever locks their task holds later (an overwriting version is not data until it commits)
+    # ids of overwriting locks (see :func:`overwrites`) released by their last holder while a running task's
+    # allocation was made under them: that allocation stays (a repeated request gets its id back) but never
+    # steers an appending allocation again, whatever locks its task holds later (an overwriting version is not
+    # data until it commits). Kept only while such an allocation of a running task remains.
     released_overwrites: frozenset[str] = frozenset()
+    # group id -> the tasks of that group that allocated here (running or ended): when the group's last
+    # running task ends, their allocations are deleted (Druid deletes a task allocator's pending segments)
+    allocators: dict[str, frozenset[str]] = field(default_factory=dict)
     # derived from ``segments`` (never stored, not compared): the partitions of each chunk and the segments by
     # interval, so a publish's checks cost its own segments' neighbourhood, not the data source's size
     chunk_partitions: dict[ChunkVersion, set[int]] = field(init=False, compare=False, repr=False)
@@ -110,13 +114,14 @@ class SourceState:
             dict(self.locks), dict(self.holders), self.lock_seq, dict(self.segments), dict(self.next_partition),
             dict(self.allocations), self.metadata, dict(self.appended_under), self.committed_replaces,
             list(self.waiters), self.replace_chunks, dict(self.next_overwrite), self.released_overwrites,
+            dict(self.allocators),
         )
 
     def persistent(self) -> tuple[Any, ...]:
         """Everything but the waiters, for comparing a replayed state with the live one."""
         return (self.locks, self.holders, self.lock_seq, self.segments, self.next_partition, self.allocations,
                 self.metadata, self.appended_under, self.committed_replaces, self.replace_chunks,
-                self.next_overwrite, self.released_overwrites)
+                self.next_overwrite, self.released_overwrites, self.allocators)
 
     def locks_of(self, task_id: str) -> list[TaskLock]:
         return [self.locks[i] for i, tasks in self.holders.items() if task_id in tasks]
@@ -168,6 +173,10 @@ class LockboxState:
         self.ended: set[str] = set()
         self.sources: dict[str, SourceState] = {}
         self.lock_source: dict[str, str] = {}  # lock id -> data source
+        # derived, rebuilt on first use after a restore: running tasks per group (from ``tasks``), and the data
+        # sources where each group allocated (from the sources' ``allocators``)
+        self._running: dict[str, int] | None = None
+        self._allocated_in: dict[str, set[str]] | None = None
 
     def source(self, data_source: str) -> SourceState:
         src = self.sources.get(data_source)
@@ -181,6 +190,7 @@ class LockboxState:
         other.ended = set(self.ended)
         other.sources = {ds: src.copy() for ds, src in self.sources.items()}
         other.lock_source = dict(self.lock_source)
+        other._running = dict(self._running) if self._running is not None else None
         return other
 
     def persistent(self) -> tuple[Any, ...]:
@@ -197,15 +207,25 @@ class LockboxState:
     def apply(self, event: Event) -> None:
         """Fold one decision. Unknown references are ignored, so a replay never fails part way."""
         if isinstance(event, TaskRegistered):
+            if event.task_id in self.tasks:
+                self._running = None  # registered again: recount on next use
+            elif self._running is not None:
+                self._running[event.group_id] = self._running.get(event.group_id, 0) + 1
             self.tasks[event.task_id] = TaskInfo(event.task_id, event.group_id, event.task_type, event.data_source,
                                                  event.priority)
             self.ended.discard(event.task_id)
         elif isinstance(event, TaskDeregistered):
             info = self.tasks.pop(event.task_id, None)
+            if info is not None and self._running is not None:
+                left = self._running.pop(info.group_id, 1) - 1
+                if left > 0:
+                    self._running[info.group_id] = left
             self.ended.add(event.task_id)
             if info is not None and info.data_source in self.sources:
                 src = self.sources[info.data_source]
                 src.waiters = [w for w in src.waiters if w.request.task_id != event.task_id]
+            if info is not None:
+                self._prune_allocations(info)
         elif isinstance(event, LockGranted):
             lock = event.lock
             src = self.source(lock.data_source)
@@ -239,7 +259,8 @@ class LockboxState:
                     continue
                 src.holders.pop(lock_id, None)
                 gone = src.locks.pop(lock_id, None)
-                if gone is not None and overwrites(gone):
+                if gone is not None and overwrites(gone) and any(
+                        a.lock_id == lock_id and a.task_id in self.tasks for a in src.allocations.values()):
                     src.released_overwrites |= {lock_id}
                 src.appended_under.pop(lock_id, None)
                 src.committed_replaces -= {lock_id}
@@ -250,7 +271,15 @@ class LockboxState:
             if event.sequence_name is not None:
                 key = allocation_key(event.sequence_name, event.previous_segment_id, event.segment.interval,
                                      event.skip_lineage_check)
-                src.allocations.setdefault(key, event)
+                if key not in src.allocations:
+                    src.allocations[key] = event
+                    info = self.tasks.get(event.task_id)
+                    group = info.group_id if info is not None else event.task_id
+                    tasks = src.allocators.get(group, frozenset())
+                    if event.task_id not in tasks:
+                        src.allocators[group] = tasks | {event.task_id}
+                    if self._allocated_in is not None:
+                        self._allocated_in.setdefault(group, set()).add(event.segment.data_source)
         elif isinstance(event, PublishAccepted):
             self._apply_publish(event)
         elif isinstance(event, SegmentsImported) and not event.already_imported:
@@ -258,6 +287,36 @@ class LockboxState:
             for seg in event.segments:
                 src.add_segment(seg)
                 src.reserve(seg)
+
+    def _running_per_group(self) -> dict[str, int]:
+        if self._running is None:
+            self._running = {}
+            for info in self.tasks.values():
+                self._running[info.group_id] = self._running.get(info.group_id, 0) + 1
+        return self._running
+
+    def _prune_allocations(self, ended: TaskInfo) -> None:
+        """After ``ended`` deregistered: once its group has no running task, delete the allocations its tasks
+        made (Druid deletes a task allocator's pending segments when its last task ends; until then a repeated
+        request of any member gets the same id back). Allocations of ended tasks never steer a decision (see
+        ``allocation._pending``), so released overwriting lock ids that no running task's allocation names are
+        dropped too. Both stay bounded by what running tasks (and their groups) allocated."""
+        group = ended.group_id
+        if group not in self._running_per_group():  # ``ended`` has left ``tasks`` and the counts already
+            if self._allocated_in is None:
+                self._allocated_in = {}
+                for ds, other in self.sources.items():
+                    for g in other.allocators:
+                        self._allocated_in.setdefault(g, set()).add(ds)
+            for ds in sorted(self._allocated_in.pop(group, ())):
+                other = self.sources[ds]
+                tasks = other.allocators.pop(group, None)
+                if tasks is not None:
+                    other.allocations = {k: a for k, a in other.allocations.items() if a.task_id not in tasks}
+        src = self.sources.get(ended.data_source)  # a task allocates in its own data source only
+        if src is not None and src.released_overwrites:
+            named = {a.lock_id for a in src.allocations.values() if a.task_id in self.tasks}
+            src.released_overwrites &= named
 
     def _apply_publish(self, event: PublishAccepted) -> None:
         if event.already_published:
@@ -286,10 +345,18 @@ class LockboxState:
             return
         group = info.group_id if info is not None else None
         appends = [lk for lk in task_locks if lk.lock_type == "append"]  # none for an insert under its own locks
+        # (the upgraded copies' sources, by id text: built only when something was upgraded)
+        copied = {(src_id, c.version) for c, src_id in zip(
+            (s for s in event.segments if str(s.id) in upgraded), event.upgraded_from_segment_ids or (),
+            strict=False)} if appends and upgraded else set()
         for seg in own if appends else ():
             if not any(lk.interval.contains(seg.interval) for lk in appends):
                 continue
             for lock in src.locks.values():
+                # a REPLACE lock that committed already may commit again (another member of its group): an append
+                # older than the lock's version that its commit did not copy into it waits for that next commit
+                # (one at the lock's version, appended into its committed chunk, is visible already)
                 if (lock.lock_type == "replace" and not lock.revoked and lock.group_id != group
-                        and lock.interval.contains(seg.interval) and lock.lock_id not in src.committed_replaces):
+                        and lock.interval.contains(seg.interval) and seg.version < lock.version
+                        and (str(seg.id), lock.version) not in copied):
                     src.appended_under[lock.lock_id] = (*src.appended_under.get(lock.lock_id, ()), seg)

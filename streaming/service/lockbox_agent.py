@@ -99,7 +99,7 @@ from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, prior_ids, seen_in
 from streaming.service.state import AgentStateStore, StoreBatch
 
-FORMAT_VERSION = "lockbox-agent/4"  # 4: lockbox snapshot format 3 (releasedOverwrites); 3: format 2
+FORMAT_VERSION = "lockbox-agent/5"  # 5: snapshot format 4 (allocators, pruning); 4: format 3; 3: format 2
 STORE_NAME = "lockbox"
 SNAPSHOT_KEY = b"snapshot"
 INPUT_PREFIX = b"in/"
