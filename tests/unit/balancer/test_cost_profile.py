@@ -105,6 +105,23 @@ def test_a_holder_whose_own_cost_dominates_is_answered_exactly() -> None:
     assert ref > 0.0 and abs(cache.cost_of(big) - ref) <= 1e-9 * ref
 
 
+def _toggle_and_compare(cache: ServerCostCache, brute: ServerSegments, segments: list[SegmentDescriptor],
+                        changes: list[int], fresh: SegmentDescriptor) -> None:
+    """Each change adds the chosen segment, or removes it when held; after each, the cache answers a fresh
+    segment and the changed one within 1e-9 of the brute-force sum."""
+    for c in changes:
+        s = segments[c % len(segments)]
+        if brute.holds(s.id):
+            cache.remove(s.id)
+            brute.remove(s.id)
+        else:
+            cache.add(s)
+            brute.add(s)
+        for p in (fresh, s):
+            ours, ref = cache.cost_of(p), brute.cost_of(p)
+            assert abs(ours - ref) <= 1e-9 * ref + 1e-300, (p, ours, ref)
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), _interval, st.integers(0, 2)), min_size=1, max_size=60),
        st.lists(st.integers(0, 100), max_size=30), _interval)
@@ -120,17 +137,7 @@ def test_any_delta_over_a_snapshot_agrees_with_brute_force(batch: list[tuple[int
         brute.add(s)
     fresh = _segment(-1, *probe)
     cache.cost_of(fresh)  # the snapshot
-    for c in changes:
-        s = segments[c % len(segments)]
-        if brute.holds(s.id):
-            cache.remove(s.id)
-            brute.remove(s.id)
-        else:
-            cache.add(s)
-            brute.add(s)
-        for p in (fresh, s):
-            ours, ref = cache.cost_of(p), brute.cost_of(p)
-            assert abs(ours - ref) <= 1e-9 * ref + 1e-300, (p, ours, ref)
+    _toggle_and_compare(cache, brute, segments, changes, fresh)
 
 
 def test_small_changes_keep_the_big_run_and_queries_that_pay_for_many_runs_consolidate() -> None:
@@ -305,14 +312,4 @@ def test_long_histories_through_runs_agree_with_brute_force(batch: list[tuple[in
     cache, brute = ServerCostCache(), ServerSegments()
     fresh = _segment(-1, *probe)
     cache.cost_of(fresh)
-    for c in changes:
-        s = segments[c % len(segments)]
-        if brute.holds(s.id):
-            cache.remove(s.id)
-            brute.remove(s.id)
-        else:
-            cache.add(s)
-            brute.add(s)
-        for p in (fresh, s):
-            ours, ref = cache.cost_of(p), brute.cost_of(p)
-            assert abs(ours - ref) <= 1e-9 * ref + 1e-300, (p, ours, ref)
+    _toggle_and_compare(cache, brute, segments, changes, fresh)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from coordinator.timeline import served
 from coordinator.timeline.timeline import Timeline
 from events import Interval, SegmentDescriptor, SegmentId
-from tests.unit.timeline.test_timeline_properties import _lookup_oracle
+from tests.unit.timeline.test_timeline_properties import _lookup_oracle, apply_op
 
 H = 3_600_000
 BASE = 1_767_225_600_000  # 2026-01-01
@@ -72,18 +72,7 @@ def test_the_flat_layout_answers_as_the_walk_over_every_piece(
     with block_size(size):
         tl = Timeline("ds")
         for op, index, server in history:
-            seg = pool[index % len(pool)]
-            if op == "serve":  # published and announced: most segments of a real timeline
-                tl.publish([seg])
-                tl.announce(seg, server)
-            elif op == "publish":
-                tl.publish([seg])
-            elif op == "unused":
-                tl.mark_unused([seg.id])
-            elif op == "announce":
-                tl.announce(seg, server)
-            else:
-                tl.unannounce(seg.id, server)
+            apply_op(tl, op, pool[index % len(pool)], server)  # "serve": most segments of a real timeline
             for start, length in asked:
                 q = Interval(BASE + start * H, BASE + (start + length) * H)
                 flat = _answer(tl.lookup(q))

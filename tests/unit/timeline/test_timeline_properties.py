@@ -127,6 +127,19 @@ def test_the_oracle_recurses_through_partially_online_groups() -> None:
     assert over == []
 
 
+def apply_op(tl: Timeline, op: str, seg: SegmentDescriptor, server: str) -> None:
+    """One history step: ``serve`` (publish, then announce), ``publish``, ``unused``, ``announce`` or
+    ``unannounce``."""
+    if op in ("serve", "publish"):
+        tl.publish([seg])
+    if op in ("serve", "announce"):
+        tl.announce(seg, server)
+    elif op == "unused":
+        tl.mark_unused([seg.id])
+    elif op == "unannounce":
+        tl.unannounce(seg.id, server)
+
+
 def _lookup_oracle(tl: Timeline, q: Interval) -> list[tuple[SegmentId, tuple[Interval, ...]]]:
     """The served pieces clipped to ``q``, handed to every visible segment of their chunk, in time order."""
     states = tl.states()
@@ -157,15 +170,7 @@ def test_lookup_of_any_interval_hands_out_the_served_pieces(
     lookups repeat after each change (the first one rebuilds the blocks the change left stale)."""
     tl = Timeline("ds")
     for op, index, server in history:
-        seg = pool[index % len(pool)]
-        if op == "publish":
-            tl.publish([seg])
-        elif op == "unused":
-            tl.mark_unused([seg.id])
-        elif op == "announce":
-            tl.announce(seg, server)
-        else:
-            tl.unannounce(seg.id, server)
+        apply_op(tl, op, pool[index % len(pool)], server)
         for start, length in (queries * 9)[: max(9, 2 * len(queries))]:
             q = Interval(BASE + start * H, BASE + (start + length) * H)
             assert [(e.segment_id, e.intervals) for e in tl.lookup(q)] == _lookup_oracle(tl, q)
