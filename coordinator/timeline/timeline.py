@@ -221,9 +221,10 @@ class _Chunk:
                 pids.append(partition)
                 self.sids.append(sid)
                 self.slots |= 1 << s
-                self.core_need = None
             else:
                 self.sids[self.slot[partition]] = sid
+            # a new member, or a member published again with another descriptor (its core partitions may differ)
+            self.core_need = None
 
     def drop_member(self, partition: int) -> SegmentState | None:
         """Forget a member; returns the state it had (None when it had none)."""

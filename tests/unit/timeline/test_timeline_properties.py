@@ -48,6 +48,8 @@ def _merged(intervals: list[Interval]) -> list[tuple[int, int]]:
 
 ops = st.tuples(st.sampled_from(["publish", "unused", "announce", "unannounce"]), st.integers(0, 100),
                 st.sampled_from(["h1", "h2"]))
+steps = st.tuples(st.sampled_from(["publish", "republish", "unused", "announce", "unannounce"]), st.integers(0, 100),
+                  st.sampled_from(["h1", "h2"]))
 
 
 @settings(max_examples=int(os.environ.get("TIMELINE_EXAMPLES", "300")), deadline=None,
@@ -174,3 +176,53 @@ def test_lookup_of_any_interval_hands_out_the_served_pieces(
         for start, length in (queries * 9)[: max(9, 2 * len(queries))]:
             q = Interval(BASE + start * H, BASE + (start + length) * H)
             assert [(e.segment_id, e.intervals) for e in tl.lookup(q)] == _lookup_oracle(tl, q)
+
+
+@settings(max_examples=5 * int(os.environ.get("TIMELINE_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(segment_pool(), st.lists(steps, min_size=1, max_size=40), st.lists(steps, min_size=1, max_size=40))
+def test_a_timeline_rebuilt_in_bulk_goes_on_like_the_one_it_was_built_from(
+        pool: list[SegmentDescriptor], before: list, after: list) -> None:  # type: ignore[type-arg]
+    """A worker restored from a snapshot (``Timeline.build`` from the used set and the online segments) and the
+    worker that wrote the snapshot, given the same later events, emit the same changes and serve the same."""
+    live = Timeline("ds")
+    announced: dict[SegmentId, SegmentDescriptor] = {}
+    descriptors: dict[SegmentId, SegmentDescriptor] = {}  # the last one published of each id
+    for op, index, server in before:
+        seg = _as_published(op, pool[index % len(pool)])
+        _step(live, op, seg, server)
+        if op in ("publish", "republish"):
+            descriptors[seg.id] = seg
+        if op == "announce":
+            announced[seg.id] = seg
+    used = [descriptors[sid] for sid in live.states()]
+    online = {sid: (announced[sid], names) for sid, names in live._servers.items()}
+    rebuilt = Timeline.build("ds", used, online)
+    assert rebuilt.states() == live.states()
+    everything = Interval(BASE - H, BASE + 60 * H)
+    for op, index, server in after:
+        seg = _as_published(op, pool[index % len(pool)])
+        ours = _step(rebuilt, op, seg, server)
+        theirs = _step(live, op, seg, server)
+        assert ours == theirs, (op, seg.id, server)
+        assert rebuilt.states() == live.states()
+        assert rebuilt.served_pieces() == live.served_pieces()
+        assert rebuilt.lookup(everything) == live.lookup(everything)
+
+
+def _as_published(op: str, seg: SegmentDescriptor) -> SegmentDescriptor:
+    """``republish``: the segment published again under its id with another descriptor (no core partitions)."""
+    if op != "republish":
+        return seg
+    return SegmentDescriptor(seg.data_source, seg.interval, seg.version, seg.partition_id, seg.size + 1,
+                             seg.overshadowed_segments, seg.atomic_update_group)
+
+
+def _step(tl: Timeline, op: str, seg: SegmentDescriptor, server: str) -> list:  # type: ignore[type-arg]
+    if op in ("publish", "republish"):
+        return tl.publish([seg])
+    if op == "unused":
+        return tl.mark_unused([seg.id])
+    if op == "announce":
+        return tl.announce(seg, server)
+    return tl.unannounce(seg.id, server)

@@ -332,3 +332,22 @@ def test_a_chunk_of_hundreds_of_members_reports_exactly_what_changed() -> None:
     for s in members[:300:3]:
         online.pop(s.id, None)
         check(tl.unannounce(s.id, "h1"))
+
+
+def test_a_member_published_again_without_its_core_partitions_completes_its_chunk() -> None:
+    """Given v2 serving the day, and v3 published as partitions 0 and 1 of a core of 2 of which 1 left the used
+    set; when v3_0 is published again with no core partitions and announced, then v3 is complete, so v3_0 is
+    visible and v2 overshadowed (as a timeline built from scratch says; a worker restored from a snapshot builds
+    one)."""
+    tl = Timeline("wiki")
+    tl.publish([seg(0, "v3", core=2), seg(1, "v3", core=2)])
+    tl.mark_unused([seg(1, "v3", core=2).id])
+    online(tl, seg(0, "v2"))
+    tl.publish([seg(0, "v3")])
+    changes = tl.announce(seg(0, "v3"), "h2")
+    assert states(tl) == {"v2/0": "overshadowed", "v3/0": "visible"}
+    assert [(c.segment_id.version, c.old, c.new) for c in changes] == [
+        ("v2", "visible", "overshadowed"), ("v3", "offline", "visible")]
+    fresh = Timeline.build("wiki", [seg(0, "v2"), seg(0, "v3")], {
+        seg(0, "v2").id: (seg(0, "v2"), ("h1",)), seg(0, "v3").id: (seg(0, "v3"), ("h2",))})
+    assert fresh.states() == tl.states()
