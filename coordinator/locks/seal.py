@@ -46,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import threading
+from collections import OrderedDict
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -97,7 +98,9 @@ class _Vouched:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._by_id: dict[int, tuple[Envelope[Any], bytes]] = {}
+        # FIFO by insertion; an OrderedDict so the oldest leaves in O(1) (``popitem(last=False)``), where
+        # ``next(iter(d))`` on a plain dict skips every slot freed at its front (streaming.service.shared_envelopes)
+        self._by_id: OrderedDict[int, tuple[Envelope[Any], bytes]] = OrderedDict()
         self._lock = threading.Lock()
 
     def add(self, env: Envelope[Any], key: bytes) -> None:
@@ -105,7 +108,7 @@ class _Vouched:
             by_id = self._by_id
             by_id[id(env)] = (env, key)
             if len(by_id) > self.limit:
-                del by_id[next(iter(by_id))]
+                by_id.popitem(last=False)
 
     def vouches(self, env: Envelope[Any], key: bytes) -> bool:
         got = self._by_id.get(id(env))
