@@ -47,6 +47,15 @@ def _release(s: Script, task: str) -> None:
     assert any(isinstance(e, LockReleased) for e in out), out
 
 
+def _commit_a_row_then_release_r(s: Script) -> SegmentAllocated:
+    """Task ``k`` appends row 1 in HALF_DAY and commits it; then ``r`` releases its REPLACE lock."""
+    committed = allocated(s.allocate("k", interval=HALF_DAY, sequence="k-append", granularity="timeChunk",
+                                     lock_type="append"))
+    accepted(s.publish("k", rows(committed.segment, 1), kind="append"))
+    _release(s, "r")
+    return committed
+
+
 def test_an_append_after_a_released_replace_allocation_is_not_refused() -> None:
     """History 1: nothing committed at the REPLACE version, yet the group's append publish was refused."""
     s, replace_version = _group_with_a_released_replace_allocation()
@@ -67,10 +76,7 @@ def test_an_append_after_a_released_replace_allocation_is_not_refused() -> None:
 def test_rows_appended_before_a_released_replace_allocation_stay_visible() -> None:
     """History 2: the group's committed rows were hidden by a later append at the REPLACE version."""
     s, replace_version = _group_with_a_released_replace_allocation()
-    committed = allocated(s.allocate("k", interval=HALF_DAY, sequence="k-append", granularity="timeChunk",
-                                     lock_type="append"))
-    accepted(s.publish("k", rows(committed.segment, 1), kind="append"))
-    _release(s, "r")
+    committed = _commit_a_row_then_release_r(s)
     later = allocated(s.allocate("r", interval=HALF_DAY, sequence="r-append", granularity="timeChunk",
                                  lock_type="append"))
     assert later.segment.version == committed.segment.version != replace_version
@@ -111,10 +117,7 @@ def test_a_segment_lock_allocation_takes_the_published_chunks_version() -> None:
     s.start("k", "index_kafka", group="g1"), s.start("b", "index_kafka", group="g1")
     replaced = allocated(s.allocate("r", interval=HALF_DAY, sequence="r-replace", granularity="timeChunk",
                                     lock_type="replace"))
-    committed = allocated(s.allocate("k", interval=HALF_DAY, sequence="k-append", granularity="timeChunk",
-                                     lock_type="append"))
-    accepted(s.publish("k", rows(committed.segment, 1), kind="append"))
-    _release(s, "r")
+    committed = _commit_a_row_then_release_r(s)
     batch = allocated(s.allocate("b", interval=HALF_DAY, sequence="b-segment", granularity="segment",
                                  lock_type="exclusive"))
     assert batch.segment.version == committed.segment.version != replaced.segment.version
