@@ -21,3 +21,14 @@ def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="module")
+def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """A ``--secure`` single-node broker (SCRAM, ACLs, one principal per role) shared by one test module."""
+    broker = LocalBroker(tmp_path_factory.mktemp("secure-home"), secure=True)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

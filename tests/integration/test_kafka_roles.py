@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import stat
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,16 +24,6 @@ from streaming.credentials import CONFIG_ENV, client_config, read_properties
 from streaming.local_broker import LocalBroker
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    broker = LocalBroker(tmp_path_factory.mktemp("roles-home"), secure=True)
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def produce(bootstrap: str, settings: dict[str, str], topic: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +40,6 @@ from tests.integration.test_service_timeline import T0, wait_for
 
 pytestmark = pytest.mark.integration
 DAY = 86_400_000
-
-
-@pytest.fixture(scope="module")
-def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    broker = LocalBroker(tmp_path_factory.mktemp("secure-home"), secure=True)
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def props(broker: LocalBroker, role: str) -> str:
