@@ -10,11 +10,13 @@ subscriber reads ``timeline`` and ``upsert-strategy``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -39,6 +41,7 @@ from tests.integration.test_service_planner import Historicals, PlanService
 from tests.integration.test_service_timeline import T0, wait_for
 
 pytestmark = pytest.mark.integration
+T = TypeVar("T")
 DAY = 86_400_000
 
 
@@ -65,6 +68,20 @@ def values(bootstrap: str, settings: dict[str, str], topic: str) -> list[bytes]:
         return out
     finally:
         consumer.close()
+
+
+def until_authorized(action: Callable[[], T], timeout: float = 60.0) -> T:
+    """``action()`` once every broker has the ACLs: ``grant_acls`` waits until one node lists them, and on a
+    cluster the partition's leader may learn them from the metadata log a moment later. Only an authorization
+    refusal is retried (it wrote nothing); any other error, or a refusal past ``timeout``, is raised."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return action()
+        except (ProduceError, KafkaException) as err:
+            if "authorization failed" not in str(err).lower() or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
 
 
 def test_each_role_does_its_job_and_nothing_else(secure_broker: LocalBroker, tmp_path: Path,
@@ -241,9 +258,19 @@ def test_the_secure_three_node_cluster_authenticates_and_authorizes_each_role(
         local_sasl.grant_acls(bootstrap, cluster.admin_config(), topics)
 
         monkeypatch.setenv(CONFIG_ENV, str(local_sasl.credentials_dir(cluster.dir) / "task.properties"))
-        producer = EventProducer(bootstrap, topics, extra={"message.timeout.ms": 20000})
-        producer.send_raw(topics.name(LOCK_REQUESTS), b"wiki", b'{"a task": "request"}')
-        producer.flush(30)  # allowed (acks=all across the 3 replicas)
+
+        def request() -> EventProducer:  # a new producer each try: a refused one may be left in a fatal state
+            producer = EventProducer(bootstrap, topics, extra={"message.timeout.ms": 20000})
+            producer.send_raw(topics.name(LOCK_REQUESTS), b"wiki", b'{"a task": "request"}')
+            try:
+                producer.flush(30)  # allowed (acks=all across the 3 replicas)
+            except ProduceError:
+                with contextlib.suppress(ProduceError):
+                    producer.close()
+                raise
+            return producer
+
+        producer = until_authorized(request)
         producer.send_raw(topics.name(SEGMENTS), b"wiki", b'{"forged": true}')
         with pytest.raises(ProduceError, match="Topic authorization failed"):
             producer.flush(30)
@@ -252,7 +279,7 @@ def test_the_secure_three_node_cluster_authenticates_and_authorizes_each_role(
         assert values(bootstrap, admin, topics.name(SEGMENTS)) == []
 
         subscriber = local_sasl.client_settings(cluster.dir, "subscriber")
-        assert values(bootstrap, subscriber, topics.name(TIMELINE)) == []
+        assert until_authorized(lambda: values(bootstrap, subscriber, topics.name(TIMELINE))) == []
         with pytest.raises(KafkaException):
             values(bootstrap, subscriber, topics.name(LOCKS))
 
