@@ -619,6 +619,13 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
         if spy is not None:
             spy.wait(120)
         published = published_at(bootstrap, topics, ds)
+        trace = os.environ.get("SEGCOORD_STAGE_TRACE")  # the worker's stage lines (streaming/service/stage_trace.py)
+        if trace:
+            from bench.stages import report
+
+            for w in windows:
+                report(bootstrap, topics, Path(trace), w.sent_at, hist.loads_created, hist.loads_read,
+                       f"{planner}, {w.rate:.0f}/s")
     finally:
         hist.stop()
         worker.stop()

@@ -172,6 +172,7 @@ class LockboxAgent:
         self.restored_tail = restored.tail
         self.snapshots_written = 0
         self._next = store.offsets()
+        self._staged: tuple[StoreBatch, int] | None = None  # stage()d, not yet finish()ed: the batch, its requests
 
     def next_offsets(self) -> dict[tuple[str, int], int]:
         """Where to resume each partition applied so far (absent partitions: from the beginning)."""
@@ -179,6 +180,17 @@ class LockboxAgent:
 
     def process(self, records: Sequence[InputRecord]) -> None:
         """Apply a batch: decide, emit, flush, then commit state + offsets + applied ids in one write batch."""
+        self.stage(records)
+        self.finish()
+
+    def stage(self, records: Sequence[InputRecord]) -> None:
+        """The first half of :meth:`process`: decide and send (steps 1 and 2), the write batch built but not
+        committed. :meth:`finish` (flush, then commit) must follow before the next ``stage``; in between the
+        outputs are on their way and the store is still at the previous batch, as during a flush. The worker
+        calls :meth:`finish` after the other agents on its event loop processed the same fetched batch, so the
+        wait for the broker's acknowledgements overlaps their work (streaming/service/delivery.py)."""
+        if self._staged is not None:
+            raise RuntimeError("stage() twice without finish(): the first batch was never committed")
         batch = self.store.batch()
         applied_now: list[bytes] = []
         c = self.counters
@@ -202,13 +214,22 @@ class LockboxAgent:
             c.applied += 1
             self._emit(rec, env, decisions)
         self._write_state(batch, applied_now)
+        self._staged = (batch, len(applied_now))
+
+    def finish(self) -> None:
+        """The second half of :meth:`process` (steps 3 and 4): flush every output of the staged batch, then commit
+        its write batch. No-op when nothing is staged."""
+        if self._staged is None:
+            return
+        batch, applied = self._staged
         self.sink.flush()
         self.store.commit(batch)
-        self._seq += len(applied_now)
+        self._staged = None
+        self._seq += applied
         if self._seq - self._snapshot_seq >= self.snapshot_every:
             self._snapshot_seq = self._seq
             self.snapshots_written += 1
-        c.batches += 1
+        self.counters.batches += 1
 
     def _write_state(self, batch: StoreBatch, applied_now: list[bytes]) -> None:
         """The batch's state writes: a new snapshot replacing the tail once the tail reaches ``snapshot_every``,

@@ -48,6 +48,7 @@ from confluent_kafka import KafkaException
 
 from events.topics import Topics
 from streaming.producer import EventProducer, ProduceError
+from streaming.service import stage_trace
 
 log = logging.getLogger("segcoord.service")
 
@@ -169,8 +170,13 @@ class PatientProducer(EventProducer):
 
     def flush(self, timeout: float = 30.0) -> None:
         began = time.monotonic()
+        traced = stage_trace.enabled()
+        if traced:
+            stage_trace.mark(f"flush-begin:{self.name}", n=len(self._producer))
         try:
             self._wait_out(began, timeout)
+            if traced:
+                stage_trace.mark(f"flush-done:{self.name}")
         except (KafkaException, SystemError) as e:  # a fatal error (e.g. the idempotent producer not authorized)
             cause = e.__cause__ or e.__context__ or e
             raise ProduceError(f"delivery failed: {cause}; " + "; ".join(self._errors[:5])) from e

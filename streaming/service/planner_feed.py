@@ -63,6 +63,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from coordinator.placement import fence
 from streaming import credentials
+from streaming.service import stage_trace
 from streaming.service.delivery import on_pool
 from streaming.service.election import HEADER, SESSION_TIMEOUT_MS, Claim, say
 from streaming.service.heap import release_free_memory
@@ -99,6 +100,15 @@ PREFETCH = {"queued.min.messages": 2 * BATCH_MAX, "queued.max.messages.kbytes": 
 # pause, an outage costs 2 asks a second.
 RETRY_S = 0.5
 EXIT_AGENT_FAILED = 70
+
+
+def _traced_process(planner: PlannerAgent, records: list[InputRecord]) -> None:
+    """``planner.process(records)``, its thread's CPU time traced (:mod:`streaming.service.stage_trace`)."""
+    cpu = time.thread_time()
+    stage_trace.records("begin:planner", records)
+    planner.process(records)
+    stage_trace.records("done:planner", records)
+    stage_trace.mark("cpu:planner", n=int((time.thread_time() - cpu) * 1e6))
 
 
 class PlannerFeed:
@@ -203,7 +213,12 @@ class PlannerFeed:
                         log.debug("planner feed: %s", m.error())
                 if records:
                     began = time.perf_counter()
-                    on_pool(self.pool, planner.process, records)
+                    if stage_trace.enabled():
+                        stage_trace.records("feed-fetched", records)
+                        on_pool(self.pool, _traced_process, planner, records)
+                        stage_trace.records("feed-done", records)
+                    else:
+                        on_pool(self.pool, planner.process, records)
                     for r in records:
                         at[(r.topic, r.partition)] = r.offset + 1
                     if self.on_batch is not None:

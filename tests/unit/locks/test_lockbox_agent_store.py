@@ -187,3 +187,58 @@ def test_snapshot_interval_from_the_environment(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv(SNAPSHOT_EVERY_ENV, "zero")
     with AgentStateStore(tmp_path / "lb", FORMAT_VERSION) as store, pytest.raises(ValueError, match=SNAPSHOT_EVERY_ENV):
         LockboxAgent(store, TOPICS, ListSink())
+
+
+def test_stage_then_finish_is_process_and_a_crash_between_them_re_emits_the_same_records(tmp_path: Path) -> None:
+    """The worker stages the lockbox's batch, lets the other agents work, then finishes it (flush, commit). A
+    process that dies between the two may have lost the batch's sends (never acknowledged) and left its store at
+    the previous batch: the restart re-reads the batch and sends byte-identical records, and ends equal to the agent
+    that never stopped (a ``stage`` that committed would skip the batch and its outputs would be missing)."""
+    recs = records(60, seed=11)
+    every = 23
+    oracle, oracle_sink = never_restarted(recs, tmp_path / "oracle", every)
+    rng = random.Random(5)
+    sent: list[bytes] = []
+    path = tmp_path / "staged"
+    all_batches = batches(recs, random.Random(1))
+    pending = all_batches
+    died_between = 0
+    while pending:
+        sink = ListSink()
+        with AgentStateStore(path, FORMAT_VERSION) as store:
+            agent = LockboxAgent(store, TOPICS, sink, snapshot_every=every)
+            done = agent.next_offsets().get((TOPIC, 0), 0)
+            pending = [kept for b in all_batches if (kept := [r for r in b if r.offset >= done])]
+            for _ in range(rng.randint(1, 6)):
+                if not pending:
+                    break
+                acknowledged = len(sink.sent)
+                agent.stage(pending.pop(0))
+                if rng.random() < 0.2:  # dies after sending, before the flush and the commit: the sends may be lost
+                    died_between += 1
+                    del sink.sent[acknowledged:]
+                    break
+                agent.finish()
+            sent.extend(sink.sent)
+    assert died_between >= 3
+    first: dict[str, bytes] = {}
+    for v in sent:
+        assert first.setdefault(decode(v).event_id, v) == v, "a re-emission differs"
+    assert list(first.values()) == oracle_sink.sent
+    with AgentStateStore(path, FORMAT_VERSION) as store:
+        assert encode_snapshot(load_lockbox(store).lockbox) == encode_snapshot(oracle.lockbox)
+    oracle.store.close()
+
+
+def test_staging_twice_without_finishing_is_refused(tmp_path: Path) -> None:
+    recs = records(5)
+    with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
+        agent = LockboxAgent(store, TOPICS, ListSink())
+        agent.stage(recs[:3])
+        with pytest.raises(RuntimeError, match="twice"):
+            agent.stage(recs[3:])
+        agent.finish()
+        agent.finish()  # nothing staged: nothing to do
+        agent.stage(recs[3:])
+        agent.finish()
+        assert agent.next_offsets()[(TOPIC, 0)] == len(recs[:3]) + len(recs[3:])

@@ -147,3 +147,54 @@ def test_gil_slices_are_short_only_while_a_pool_call_runs_long() -> None:
     finally:
         release.set()
         pool.shutdown()
+
+
+class Staged:
+    """An agent that stages and finishes, writing each step to a shared log."""
+
+    def __init__(self, log: list[tuple[str, int]]) -> None:
+        self.log = log
+        self.pending: int | None = None
+
+    def process(self, records: Sequence[InputRecord]) -> None:
+        raise AssertionError("a staged agent is staged and finished, not processed")
+
+    def stage(self, records: Sequence[InputRecord]) -> None:
+        assert self.pending is None, "staged again before the last batch was finished"
+        self.pending = records[0].offset
+        self.log.append(("stage", records[0].offset))
+
+    def finish(self) -> None:
+        assert self.pending is not None
+        self.log.append(("finish", self.pending))
+        self.pending = None
+
+
+class Logged:
+    def __init__(self, log: list[tuple[str, int]]) -> None:
+        self.log = log
+
+    def process(self, records: Sequence[InputRecord]) -> None:
+        self.log.append(("process", records[0].offset))
+
+
+def test_a_staged_agent_finishes_after_the_other_agents_and_before_the_next_batch() -> None:
+    """The lockbox's flush and commit wait for the other event-loop agents of the same fetched batch (so its
+    acknowledgements arrive while they work), and come before the next batch is delivered."""
+    seg, req = TOPICS.name(SEGMENTS), TOPICS.name(LOCK_REQUESTS)
+    log: list[tuple[str, int]] = []
+    delivery = BatchDelivery([Route("lockbox", frozenset({req}), Staged(log)),
+                              Route("timeline", frozenset({seg}), Logged(log))])
+    for first in (0, 10):
+        batch = [InputRecord(req, 0, first, None, b"x"), InputRecord(seg, 0, first, None, b"y")]
+        asyncio.run(delivery.deliver(batch))
+    assert log == [("stage", 0), ("process", 0), ("finish", 0), ("stage", 10), ("process", 10), ("finish", 10)]
+
+
+def test_a_staged_agent_with_nothing_to_read_is_neither_staged_nor_finished() -> None:
+    seg, req = TOPICS.name(SEGMENTS), TOPICS.name(LOCK_REQUESTS)
+    log: list[tuple[str, int]] = []
+    delivery = BatchDelivery([Route("lockbox", frozenset({req}), Staged(log)),
+                              Route("timeline", frozenset({seg}), Logged(log))])
+    asyncio.run(delivery.deliver([InputRecord(seg, 0, 5, None, b"y")]))
+    assert log == [("process", 5)]
