@@ -69,14 +69,16 @@ def topic_offsets(bootstrap: str, topic: str) -> dict[str, tuple[int, float]]:
             m = c.poll(1.0)
             if m is None or m.error() is not None:
                 continue
-            pos = m.offset() + 1
-            v = m.value()
+            off, v = m.offset(), m.value()
+            if off is None or v is None:
+                continue
+            pos = off + 1
             if b'"publish_requested"' not in v and b'"segments_published"' not in v:
                 continue
             ev = decode(v).event
             if isinstance(ev, PublishRequested | SegmentsPublished):
                 for seg in ev.segments:
-                    out.setdefault(str(seg.id), (m.offset(), m.timestamp()[1] / 1000))
+                    out.setdefault(str(seg.id), (off, m.timestamp()[1] / 1000))
     finally:
         c.close()
     return out
@@ -174,6 +176,10 @@ def report(bootstrap: str, topics: Topics, trace: Path, sent_at: dict[str, float
         d_at = sorted({ln.at for ln in dones})
         took = [(d - b) * 1000 for b, d in zip(b_at, d_at, strict=False) if d >= b]
         print(f"    agent {agent}: {len(b_at) / span:.0f} batches/s, process+flush+commit p50 p99 {_pct(took)} ms")
+        staged = sorted({ln.at for ln in stages.get(f"staged:{agent}", []) if lo <= ln.at <= hi})
+        if staged:  # a staged agent's begin -> done spans the other agents' work; its own part is begin -> staged
+            own = [(s - b) * 1000 for b, s in zip(b_at, staged, strict=False) if s >= b]
+            print(f"      of which staged (decide and send, before the other agents) p50 p99 {_pct(own)} ms")
     waits = sorted(ln.at for ln in stages.get("fetch-wait", []) if lo <= ln.at <= hi)
     got = sorted({ln.at for ln in stages.get("fetched", []) if lo <= ln.at <= hi})
     waited = []
@@ -190,7 +196,7 @@ def report(bootstrap: str, topics: Topics, trace: Path, sent_at: dict[str, float
             print(f"    {stage}: {sum(cpu) / 1000 / span:.2f} CPU s/s of its thread, p50 p99 {_pct(cpu)} ms per batch")
     for stage in sorted(s for s in stages if s.startswith("flush-begin:")):
         name = stage.split(":", 1)[1]
-        begins = sorted(ln.at for ln in stages[stage] if lo <= ln.at <= hi)
-        dones = sorted(ln.at for ln in stages.get(f"flush-done:{name}", []) if lo <= ln.at <= hi)
-        took = [(d - b) * 1000 for b, d in zip(begins, dones, strict=False) if d >= b]
-        print(f"    flush {name}: {len(begins) / span:.0f}/s, took p50 p99 {_pct(took)} ms")
+        f_begins = sorted(ln.at for ln in stages[stage] if lo <= ln.at <= hi)
+        f_dones = sorted(ln.at for ln in stages.get(f"flush-done:{name}", []) if lo <= ln.at <= hi)
+        took = [(d - b) * 1000 for b, d in zip(f_begins, f_dones, strict=False) if d >= b]
+        print(f"    flush {name}: {len(f_begins) / span:.0f}/s, took p50 p99 {_pct(took)} ms")

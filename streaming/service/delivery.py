@@ -225,6 +225,8 @@ class BatchDelivery:
                     if stages is not None:  # its flush and commit come after the other agents' work (module doc)
                         stages(share)
                         staged.append((route, share, began, cpu and time.thread_time() - cpu))
+                        if cpu:
+                            stage_trace.records(f"staged:{route.name}", share)
                         continue
                     route.agent.process(share)
                 except Exception:
@@ -233,16 +235,16 @@ class BatchDelivery:
                     stage_trace.records(f"done:{route.name}", share)
                     stage_trace.mark(f"cpu:{route.name}", n=int((time.thread_time() - cpu) * 1e6))
                 self._observed(route, share, began)
-        for route, share, began, used in staged:
+        for route, staged_share, began, used in staged:
             cpu = time.thread_time() if stage_trace.enabled() else 0.0
             try:
                 route.agent.finish()  # type: ignore[attr-defined]
             except Exception:
                 _fail(route.name, self.exit_code)
             if cpu:
-                stage_trace.records(f"done:{route.name}", share)
+                stage_trace.records(f"done:{route.name}", staged_share)
                 stage_trace.mark(f"cpu:{route.name}", n=int((used + time.thread_time() - cpu) * 1e6))
-            self._observed(route, share, began)
+            self._observed(route, staged_share, began)
         for route, share, began, future in pending:
             try:
                 await future

@@ -1,17 +1,24 @@
 """Per-stage timestamps of the worker's pipeline, for latency work (off unless ``SEGCOORD_STAGE_TRACE`` is set).
 
 With ``SEGCOORD_STAGE_TRACE=PATH`` the worker appends one line per stage event to ``PATH``:
-``<wall time s> <stage> <topic> <partition> <first offset> <last offset> <records>`` (topic ``-`` and offsets
-``-1`` for stages that are not about input records, e.g. a producer flush, whose last field is then the
-messages it waited for). Stages: ``fetched`` (the worker's consumer handed a batch over), ``begin:<agent>`` /
-``done:<agent>`` (an agent's ``process`` of its share, flush and commit included), ``feed-fetched`` /
-``feed-done`` (the planner feed's fetch and the planner's ``process`` of it), ``flush-begin:<producer>`` /
-``flush-done:<producer>``. ``bench.service`` reads it back (``--trace``) and maps offsets to requests, so one
-request's path is: sent, fetched, lockbox done, its ``segments_published`` fetched by the feed, planner done,
-``load_segment`` read by the bench.
+``<wall time s> <stage> <topic> <partition> <first offset> <last offset> <n>``; for stages about input records
+``n`` is their number, others have topic ``-`` and offsets ``-1``. Stages:
 
-Off (the default), :func:`enabled` is False and no caller builds a line; the file is written by one lock-free
-``write`` per line (whole lines of an append-mode file, from any thread).
+- ``fetch-wait``: the event loop starts waiting for its consumer's next batch; ``fetched``: the batch handed over;
+- ``begin:<agent>`` / ``done:<agent>``: an agent's batch, its flush and commit included. The lockbox is staged
+  (streaming/service/delivery.py): ``staged:lockbox`` when it decided and sent, its ``done`` after the other
+  agents' work and its own flush and commit;
+- ``cpu:<agent>``: ``n`` is the thread CPU time of that batch in microseconds;
+- ``feed-fetched`` / ``feed-done``: the planner feed's fetch and the planner's batch back on the feed's thread;
+  ``begin:planner`` / ``done:planner`` on the planner's own thread;
+- ``flush-begin:<producer>`` (``n``: messages in the producer, queued or not yet reported) and
+  ``flush-done:<producer>``.
+
+``bench.service --only placement`` with the variable set (the worker inherits it) joins the lines with its own
+times by offset (``bench/stages.py``): sent, fetched, lockbox done, its ``segments_published`` fetched by the
+feed, planner done, ``load_segment`` read by the bench. Off (the default) :func:`enabled` is False and the callers
+build nothing; on, each line is one buffered ``write`` under a lock (the event loop, the planner's thread and the
+feed's write to the same file).
 """
 
 from __future__ import annotations
