@@ -406,7 +406,9 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         # librdkafka's log lines through Python logging, so broker outages are summarized (streaming.logs)
         kafka_log = {"logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
         tl_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="timeline")
-        lb_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="lockbox")
+        # no linger: the lockbox's flush comes after the other agents' work (delivery.py), so its publishes would
+        # otherwise wait out the linger before the planner can read them
+        lb_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra={**kafka_log, "linger.ms": 0}, name="lockbox")
         pl_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="planner")
         up_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="upsert")
         # a record read by more than one consumer of this process, or produced here and read back, is decoded
