@@ -47,6 +47,7 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+from hashlib import blake2b
 from typing import get_args
 
 import orjson
@@ -55,14 +56,13 @@ from coordinator.timeline.facts import all_facts, known_ids, known_segments
 from coordinator.timeline.snapshot import PartitionSnapshot, encode_snapshot, restore_partition, take_snapshot
 from coordinator.timeline.timelines import Timelines
 from events.envelope import Envelope
-from events.ids import derived_event_id
 from events.instant import format_instant
 from events.schema import EventValidationError, Instant
 from events.segment import SegmentId
 from events.topics import SEGMENTS, SNAPSHOTS, TIMELINE, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
 from streaming import credentials
-from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, prior_ids, seen_in
+from streaming.service.intake import AgentCounters, InputRecord, Sink, dead_letter_of, prior_ids, seen_in
 from streaming.service.state import AgentStateStore, StoreBatch
 from streaming.service.timeline_facts import (
     ID_PREFIX,
@@ -139,12 +139,28 @@ class TimelineAgent:
         send_raw = getattr(self.sink, "send_raw", None)  # a producer: outputs go as bytes (change_value)
         tail_read: dict[int, int] = {}
         timelines, publish_key, output_topic, values = self.timelines, self.publish_key, self.output_topic, self._values
+        next_offsets, batch_offsets, adopted, partition_of = self._next, batch.offsets, self.adopted, self.partition_of
+        event_ids = _EventIds()
         for rec in records:
-            if self.adopted and rec.partition in self.adopted and rec.offset >= self._next.get(
-                    (rec.topic, rec.partition), -1):
+            # admit(), inline (one call less per record): below the stored next offset -> skipped; else the offset
+            # moves (in memory and in the batch), whatever becomes of the record; undecodable -> dead letter
+            tp = (rec.topic, rec.partition)
+            offset = rec.offset
+            if offset < next_offsets.get(tp, -1):
+                c.skipped += 1
+                continue
+            if adopted and rec.partition in adopted:
                 tail_read[rec.partition] = tail_read.get(rec.partition, 0) + 1
-            env = admit(rec, SEGMENTS, self._next, batch, c, self._dead_letter)
-            if env is None or seen_in(env, batch, prior, c):
+            next_offsets[tp] = batch_offsets[tp] = offset + 1
+            try:
+                env = rec.decoded()
+                if env.event.event_topic != SEGMENTS:
+                    raise EventValidationError("event_type", env.event_type,
+                                               f"belongs on topic {env.event.event_topic!r}, not {SEGMENTS!r}")
+            except EventValidationError as e:
+                self._dead_letter(rec, str(e))
+                continue
+            if seen_in(env, batch, prior, c):
                 continue
             refused = rec.refusal(env, publish_key)  # only the lockbox's publishes (docs/security.md)
             if refused is not None:
@@ -161,9 +177,14 @@ class TimelineAgent:
             c.applied += 1
             for sid in learned:
                 batch.put(ID_PREFIX + str(sid).encode(), self._facts.key(sid))
+            partition = rec.partition
+            noted = self.snapshot_policy is None
             for sid in sids:
                 touched[sid] = None
-            self._note_partition(batch, rec.partition, env.event_id, sids, learned)
+                if partition_of.get(sid.data_source) != partition:
+                    noted = False
+            if not noted:  # (every id learned is among the touched ones)
+                self._note_partition(batch, partition, env.event_id, sids)
             if not changes:
                 continue
             if send_raw is not None:
@@ -172,7 +193,7 @@ class TimelineAgent:
                 sid = change.segment_id
                 states[sid] = change.new
                 touched[sid] = None
-                event_id = derived_event_id(rec.topic, rec.partition, rec.offset, i)
+                event_id = event_ids.of(rec.topic, partition, offset, i)
                 if send_raw is not None:
                     ds, value = values.value(sid, change.old, change.new, event_id, when)
                     send_raw(output_topic, ds, value)
@@ -191,16 +212,15 @@ class TimelineAgent:
         if self.snapshot_policy is not None:
             self.write_snapshots()
 
-    def _note_partition(self, batch: StoreBatch, partition: int, event_id: str, sids: Sequence[SegmentId],
-                        learned: Sequence[SegmentId]) -> None:
-        """Remember the partition of the event's data sources, its id among the partition's recent ones."""
+    def _note_partition(self, batch: StoreBatch, partition: int, event_id: str, sids: Sequence[SegmentId]) -> None:
+        """Remember the partition of the event's data sources (``sids``: the segments it touches, which include those
+        whose id it teaches the fold), its id among the partition's recent ones."""
         partition_of = self.partition_of
-        for group in (sids, learned):  # most events name one data source, already noted: no sets built
-            for sid in group:
-                ds = sid.data_source
-                if partition_of.get(ds) != partition:
-                    partition_of[ds] = partition
-                    batch.put(PART_PREFIX + ds.encode(), str(partition).encode())
+        for sid in sids:  # most events name one data source, already noted: no sets built
+            ds = sid.data_source
+            if partition_of.get(ds) != partition:
+                partition_of[ds] = partition
+                batch.put(PART_PREFIX + ds.encode(), str(partition).encode())
         if self.snapshot_policy is None:
             return
         recent = self._recent.get(partition)
@@ -382,6 +402,22 @@ class ChangeValues:
                               b',"causation_id":', when[1], payload_head,
                               _STATE_JSON.get(old) or orjson.dumps(old), b',"to":',
                               _STATE_JSON.get(new) or orjson.dumps(new), b"}}"))
+
+
+class _EventIds:
+    """``derived_event_id(topic, partition, offset, index)``, byte for byte (unit-tested), with the hash input's
+    ``topic\\x00partition\\x00`` head encoded once per partition of a batch."""
+
+    __slots__ = ("_heads",)
+
+    def __init__(self) -> None:
+        self._heads: dict[tuple[str, int], bytes] = {}
+
+    def of(self, topic: str, partition: int, offset: int, index: int) -> str:
+        head = self._heads.get((topic, partition))
+        if head is None:
+            head = self._heads[(topic, partition)] = f"{topic}\x00{partition}\x00".encode()
+        return blake2b(b"%b%d\x00%d" % (head, offset, index), digest_size=16).hexdigest()
 
 
 def change_value(sid: SegmentId, old: SegmentState, new: SegmentState, event_id: str, occurred_at: Instant,
