@@ -88,7 +88,7 @@ class InputRecord:
             return None
         if self._refusal_key == key:
             return self._refusal
-        refused = use_refusal(env, key)
+        refused = use_refusal(env, key, self.value if type(self.value) is bytes else None)
         self._refusal = refused  # no tuple: one allocation less per record
         self._refusal_key = key
         return refused
