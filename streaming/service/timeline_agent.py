@@ -189,10 +189,9 @@ class TimelineAgent:
                 continue
             if send_raw is not None:
                 when = values.when(env.occurred_at, env.event_id)
-            for i, change in enumerate(changes):
-                sid = change.segment_id
+            for i, change in enumerate(changes):  # (a segment's facts change only by an event naming it: no
+                sid = change.segment_id               # touched entry for the others whose state changes)
                 states[sid] = change.new
-                touched[sid] = None
                 event_id = event_ids.of(rec.topic, partition, offset, i)
                 if send_raw is not None:
                     ds, value = values.value(sid, change.old, change.new, event_id, when)
@@ -332,10 +331,15 @@ class TimelineAgent:
     def _stage_facts(self, batch: StoreBatch, touched: dict[SegmentId, None],
                      states: dict[SegmentId, SegmentState]) -> None:
         """Put the facts of every touched segment (delete those the fold forgot), then the state of every changed
-        one (delete the absent): ``seg/`` and ``state/`` entries as :func:`load_timelines` reads them."""
-        stage, timelines = self._facts.stage, self.timelines
+        one (delete the absent): ``seg/`` and ``state/`` entries as :func:`load_timelines` reads them.
+
+        ``touched``: the segments the batch's events name. Only those can have new facts: the fold changes a
+        segment's descriptor, used flag or servers only for an event naming it (``Timeline.publish``,
+        ``mark_unused``, ``announce``, ``unannounce``), while a change of state reaches other segments too
+        (overshadowed, back to visible); their stored facts are already the fold's, and are not written again."""
+        stage, key_of, timelines = self._facts.stage, self._facts.key, self.timelines
         put, delete = batch.put, batch.delete
-        keys: dict[SegmentId, bytes] = {}  # every sid of states is touched too: each key encoded once
+        keys: dict[SegmentId, bytes] = {}  # a key encoded once when a segment is touched and changes state
         for sid in touched:
             key, facts = stage(timelines, sid)
             keys[sid] = key
@@ -344,7 +348,7 @@ class TimelineAgent:
             else:
                 put(SEG_PREFIX + key, facts)
         for sid, state in states.items():
-            key = keys.get(sid) or id_key(sid)
+            key = keys.get(sid) or key_of(sid)
             if state == "absent":
                 delete(STATE_PREFIX + key)
             else:
