@@ -96,10 +96,15 @@ def ids_of(timelines: Timelines, event: Event) -> tuple[Sequence[SegmentId], Seq
     event, and the two walked the event's segments three times (py-spy: 8% of the agent)."""
     cls = type(event)
     known = timelines._ids
+    # ``known[str(sid)] == sid`` without the dataclass __eq__ (two Python calls): the two ids have the same text
+    # ``<dataSource>_<start>_<end>_<version>[_<partition>]`` (the dict's key), and with the same version and
+    # partition that leaves ``<dataSource>_<start>_<end>`` equal, where the instants' texts hold no "_": so the
+    # data source and both instants are equal too (an instant's text names one millisecond)
     if cls is SegmentAnnounced:
         sid = event.segment.id  # type: ignore[attr-defined]
         prev = known.get(str(sid))
-        return (sid,), (_NONE if prev is sid or (prev is not None and prev == sid) else (sid,))
+        same = prev is not None and prev.version == sid.version and prev.partition_id == sid.partition_id
+        return (sid,), (_NONE if same else (sid,))
     if cls is SegmentUnannounced:
         return (timelines._resolve(event.segment_id, "payload.segmentId"),), _NONE  # type: ignore[attr-defined]
     if cls is SegmentsPublished or cls is SegmentsMarkedUsed:
@@ -107,7 +112,7 @@ def ids_of(timelines: Timelines, event: Event) -> tuple[Sequence[SegmentId], Seq
         unrecorded = []
         for sid in sids:
             prev = known.get(str(sid))
-            if not (prev is sid or (prev is not None and prev == sid)):
+            if prev is None or prev.version != sid.version or prev.partition_id != sid.partition_id:
                 unrecorded.append(sid)
         return sids, unrecorded
     unrecorded = unrecorded_ids(timelines, event)  # (the order of the two calls before: only touched_ids raises)
