@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, get_args
 
 import orjson
@@ -25,14 +26,41 @@ from events.ids import derived_event_id
 from events.schema import EventValidationError, Instant
 from events.segment import SegmentDescriptor, SegmentId
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentsMarkedUsed, SegmentUnannounced
+from events.topics import SEGMENTS, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
 from streaming.credentials import publish_key
-from streaming.service.timeline_agent import ChangeValues, _EventIds
-from streaming.service.timeline_facts import ids_of, touched_ids, unrecorded_ids
+from streaming.service.intake import InputRecord
+from streaming.service.state import AgentStateStore
+from streaming.service.timeline_agent import FORMAT_VERSION, ChangeValues, TimelineAgent, _EventIds, stored_states
+from streaming.service.timeline_facts import (
+    SEG_PREFIX,
+    all_facts,
+    all_states,
+    ids_of,
+    touched_ids,
+    unrecorded_ids,
+)
 from tests.integration.test_service_timeline import segment_stream
 
 T0 = 1_795_219_200_000
 DAY = 86_400_000
+TOPICS = Topics("unit.")
+
+
+class _Bytes:
+    """A producer's stand-in: outputs as bytes."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def send(self, envelope: Envelope[Event]) -> None:
+        self.values.append(encode(envelope))
+
+    def send_raw(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        self.values.append(value or b"")
+
+    def flush(self, timeout: float = 30.0) -> None:
+        pass
 
 
 def _stream(seed: int, n: int) -> list[Envelope[Event]]:
@@ -207,3 +235,21 @@ def test_a_value_the_coordinator_wrote_verifies_without_re_encoding_its_envelope
     monkeypatch.setattr(seal, "seal_of", no_encoding)
     for env, value in zip(envs, values, strict=True):
         assert use_refusal(env, publish_key(), value) is None
+
+
+def test_the_store_holds_the_fold_s_facts_after_every_batch_though_only_named_segments_are_staged(
+        tmp_path: Path) -> None:
+    """A batch writes the facts of the segments its events name, not of those whose state alone changed: the
+    store must still hold exactly the fold's facts (a restart restores from them) and its states."""
+    records = [InputRecord(TOPICS.name(SEGMENTS), 0, i, None, encode(e), 1000 + i)
+               for i, e in enumerate(segment_stream(random.Random(8), 2500))]
+    with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
+        agent = TimelineAgent(store, TOPICS, _Bytes())
+        for start in range(0, len(records), 100):
+            agent.process(records[start:start + 100])
+            stored = dict(store.scan(SEG_PREFIX))
+            expected = {SEG_PREFIX + id_key(sid): f.to_bytes() for sid, f in all_facts(agent.timelines).items()}
+            assert stored == expected
+            assert stored_states(store) == all_states(agent.timelines)
+        overshadowed = [s for s in all_states(agent.timelines).values() if s in ("overshadowed", "standby")]
+        assert overshadowed, "the stream changes states of segments it does not name"
