@@ -60,12 +60,18 @@ class InputRecord:
         """The record's envelope, decoded on the first call only; raises EventValidationError (every call)."""
         got = self._decoded
         if got is None:
-            position = (self.partition, self.offset)
-            got = SHARED.taken(self.topic, self.value, position)
-            if got is None:
+            if SHARED.readers:  # (unconfigured, the process shares nothing: no call, no position built)
+                position = (self.partition, self.offset)
+                got = SHARED.taken(self.topic, self.value, position)
+                if got is None:
+                    try:
+                        got = decode(self.value)
+                        SHARED.decoded(self.topic, self.value, got, position)
+                    except EventValidationError as e:
+                        got = e
+            else:
                 try:
                     got = decode(self.value)
-                    SHARED.decoded(self.topic, self.value, got, position)
                 except EventValidationError as e:
                     got = e
             self._decoded = got
@@ -82,7 +88,7 @@ class InputRecord:
             return None
         if self._refusal_key == key:
             return self._refusal
-        refused = use_refusal(env, key)
+        refused = use_refusal(env, key, self.value if type(self.value) is bytes else None)
         self._refusal = refused  # no tuple: one allocation less per record
         self._refusal_key = key
         return refused

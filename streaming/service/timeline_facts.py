@@ -24,7 +24,10 @@ JSON array ``[dataSource, startMs, endMs, version, partitionId]`` (segment id
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from coordinator.timeline.facts import (
+    FactsEncoder,
     SegmentFacts,
     all_facts,
     all_states,
@@ -44,8 +47,8 @@ from events.segments import (
     SegmentUnannounced,
 )
 
-__all__ = ["ID_PREFIX", "SEG_PREFIX", "STATE_PREFIX", "SegmentFacts", "all_facts", "all_states", "facts_of",
-           "id_key", "learned_ids", "parse_id_key", "restore", "touched_ids", "unrecorded_ids"]
+__all__ = ["ID_PREFIX", "SEG_PREFIX", "STATE_PREFIX", "FactsEncoder", "SegmentFacts", "all_facts", "all_states",
+           "facts_of", "id_key", "ids_of", "learned_ids", "parse_id_key", "restore", "touched_ids", "unrecorded_ids"]
 
 SEG_PREFIX = b"seg/"
 STATE_PREFIX = b"state/"
@@ -82,3 +85,35 @@ def unrecorded_ids(timelines: Timelines, event: Event) -> list[SegmentId]:
     the only ``id/`` entries a commit has to write, since the store holds every text the fold resolves."""
     known = timelines._ids
     return [sid for sid in learned_ids(event) if known.get(str(sid)) != sid]
+
+
+_NONE: tuple[SegmentId, ...] = ()
+
+
+def ids_of(timelines: Timelines, event: Event) -> tuple[Sequence[SegmentId], Sequence[SegmentId]]:
+    """``(touched_ids(timelines, event), unrecorded_ids(timelines, event))`` in one pass (call it before
+    ``apply``; raises EventValidationError as :func:`touched_ids` does): the timeline agent asks both of every
+    event, and the two walked the event's segments three times (py-spy: 8% of the agent)."""
+    cls = type(event)
+    known = timelines._ids
+    # ``known[str(sid)] == sid`` without the dataclass __eq__ (two Python calls): the two ids have the same text
+    # ``<dataSource>_<start>_<end>_<version>[_<partition>]`` (the dict's key), and with the same version and
+    # partition that leaves ``<dataSource>_<start>_<end>`` equal, where the instants' texts hold no "_": so the
+    # data source and both instants are equal too (an instant's text names one millisecond)
+    if cls is SegmentAnnounced:
+        sid = event.segment.id  # type: ignore[attr-defined]
+        prev = known.get(str(sid))
+        same = prev is not None and prev.version == sid.version and prev.partition_id == sid.partition_id
+        return (sid,), (_NONE if same else (sid,))
+    if cls is SegmentUnannounced:
+        return (timelines._resolve(event.segment_id, "payload.segmentId"),), _NONE  # type: ignore[attr-defined]
+    if cls is SegmentsPublished or cls is SegmentsMarkedUsed:
+        sids = [s.id for s in event.segments]  # type: ignore[attr-defined]
+        unrecorded = []
+        for sid in sids:
+            prev = known.get(str(sid))
+            if prev is None or prev.version != sid.version or prev.partition_id != sid.partition_id:
+                unrecorded.append(sid)
+        return sids, unrecorded
+    unrecorded = unrecorded_ids(timelines, event)  # (the order of the two calls before: only touched_ids raises)
+    return touched_ids(timelines, event), unrecorded

@@ -13,6 +13,7 @@ from coordinator.locks import seal
 from coordinator.locks.seal import seal_publish, use_refusal
 from events import Envelope, Interval, SegmentDescriptor, encode
 from events.segments import SegmentsPublished
+from streaming.service import intake
 from streaming.service.intake import InputRecord
 
 KEY = b"intake-key"
@@ -35,7 +36,7 @@ def test_the_verdict_is_use_refusal_s_whatever_the_key_asked_before() -> None:
 
 def test_a_second_agent_asking_the_same_record_does_not_check_the_seal_again() -> None:
     rec = _record(KEY)
-    with mock.patch.object(seal, "seal_of", wraps=seal.seal_of) as checked:
+    with mock.patch.object(intake, "use_refusal", wraps=seal.use_refusal) as checked:  # (the check, either way)
         assert rec.refusal(rec.decoded(), KEY) is None
         assert rec.refusal(rec.decoded(), KEY) is None
         assert checked.call_count == 1
