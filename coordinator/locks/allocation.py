@@ -11,7 +11,10 @@ locks or locks the allocation took itself:
 
 - If published segments contain the row's timestamp, the segment goes into
   their chunk (the newest version's interval), whatever interval was asked for;
-  if the newest version there has several intervals, the allocation is refused.
+  if the newest version there has several intervals, the allocation is refused,
+  and so it is when a newer published version overlaps part of that chunk (the
+  interval shows more than one version: Druid's "already has [n] versions"; a
+  segment there would be partly hidden at once).
 - Otherwise the requested interval is tried, then ever finer buckets holding
   the row (month, day, 6 h, hour, 30/15/10/5 min, minute, second), skipping any
   that overlaps an existing chunk (published, or allocated to a running task
@@ -128,6 +131,12 @@ def candidate_intervals(box: Lockbox, src: SourceState, req: SegmentAllocationRe
         if len(intervals) > 1:
             return (f"the row at {format_instant(ts)} lies in chunks of version {top} with different intervals: "
                     + ", ".join(iv.iso() for iv in intervals))
+        newer = sorted((s for s in src.by_interval.overlapping(intervals[0]) if s.version > top),
+                       key=lambda s: (s.version, s.interval.start, s.interval.end))
+        if newer:  # Druid: "Cannot allocate new segment ... as it already has [n] versions" (refused, no fallback)
+            return (f"chunk {intervals[0].iso()} of version {top} holding the row at {format_instant(ts)} is partly "
+                    f"overshadowed by version {newer[-1].version} of {newer[-1].interval.iso()}: an interval with "
+                    "more than one visible version takes no new segment")
         return intervals
     if req.interval is None:
         return "no interval given and no existing chunk contains the timestamp"
