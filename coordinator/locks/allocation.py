@@ -1,5 +1,6 @@
 """Segment allocation (Druid's SegmentAllocateAction): new segment ids, consecutive per (dataSource, interval,
-version), never reused.
+version): one above every published id and every id an allocation record names (see
+``SourceState.next_partition``).
 
 **Which time chunk.** Appending must never hide what a chunk already holds.
 (Overwriting allocations, under a REPLACE lock or an exclusive timeChunk lock
