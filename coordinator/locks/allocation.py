@@ -19,11 +19,11 @@ locks or locks the allocation took itself:
 - Otherwise the requested interval is tried, then ever finer buckets holding
   the row (month, day, 6 h, hour, 30/15/10/5 min, minute, second), skipping any
   that overlaps an existing chunk (published, or allocated to a running task
-  under a live lock that does not overwrite) of another interval. If none
+  under a non-revoked lock that does not overwrite, released or not) of another interval. If none
   fits, or none can be locked, the allocation is refused.
 
 **Which version.** A segment appended into an existing chunk takes the chunk's
-version (its newest, published or allocated under a live appending lock): the
+version (its newest, published or pending, see :func:`_pending`): the
 second streaming task of a group gets the next partition of the first one's
 version. Under a timeChunk lock that version must not be newer than the lock's.
 Into an empty chunk: the lock's version, except under an APPEND lock: Druid's
@@ -223,11 +223,14 @@ def finer_buckets(preferred: Interval, ts: int) -> list[Interval]:
 
 
 def _pending(box: Lockbox, src: SourceState) -> list[SegmentDescriptor]:
-    """Segments allocated to running tasks under a live lock that does not overwrite (an overwriting
-    version is not data until it commits: appends inside it go on as if it were not there). An allocation
-    made under an overwriting lock that was released is never pending, even if its task holds an APPEND
-    lock over it later: else appends would take the uncommitted overwrite version and, once published,
-    hide the rows committed at the chunk's real version."""
+    """Segments allocated to running tasks under a lock that does not overwrite and was not revoked (an
+    overwriting version is not data until it commits: appends inside it go on as if it were not there). An
+    allocation made under an overwriting lock that was released is never pending, even if its task holds an
+    APPEND lock over it later: else appends would take the uncommitted overwrite version and, once published,
+    hide the rows committed at the chunk's real version. One made under an appending lock stays pending after
+    that lock is released (or absorbed): its task may lock again and commit it, and Druid's createNewSegment
+    counts every pending segment of the interval; else another appending allocation would open a newer
+    version over it and the rows, committed later, would be hidden at once."""
     out = []
     for a in src.allocations.values():
         if a.task_id not in box.tasks:
@@ -237,9 +240,8 @@ def _pending(box: Lockbox, src: SourceState) -> list[SegmentDescriptor]:
             live = not own.revoked and not overwrites(own)
         elif a.lock_id is not None and a.lock_id in src.released_overwrites:
             live = False
-        else:  # its APPEND lock was absorbed by a wider one of the group, which the task holds
-            live = any(lk.lock_type == "append" and not lk.revoked and lk.interval.contains(a.segment.interval)
-                       for lk in src.locks_of(a.task_id))
+        else:  # its appending lock was released, or absorbed by a wider APPEND lock of the group
+            live = True
         if live:
             out.append(a.segment)
     return out

@@ -13,7 +13,7 @@ An appended segment that lies inside the replaced day is upgraded as before.
 
 from __future__ import annotations
 
-from events import Interval, LockDenied, LockReleaseRequested, PublishRejected
+from events import Interval, LockDenied, LockReleaseRequested, PublishRejected, TaskFinished
 from tests.unit.locks.script import Script
 from tests.unit.locks.test_lockbox_correctness import accepted, allocated, rows, seen
 
@@ -84,3 +84,21 @@ def test_an_append_inside_the_replaced_day_is_upgraded_not_refused() -> None:
     done = accepted(s.publish("k", rows(hour.segment, 1), kind="append"))
     assert done.upgraded_segment_ids, "the hour's copy lands in the replaced day"
     assert seen(s) == {2: 1, 1: 1}
+
+
+def test_an_allocation_pending_under_a_released_append_lock_keeps_its_chunk() -> None:
+    """Druid's createNewSegment counts every pending segment of the interval: an appending allocation of another
+    group joins the version of one whose APPEND lock its running task released, instead of opening a newer
+    version over it that would hide its rows once the task locks again and commits them."""
+    s = Script()
+    s.start("k", "index_kafka", group="g"), s.start("b", "index_parallel", group="h")
+    month = allocated(_append(s, "k", MONTH))
+    s.send(LockReleaseRequested(request_id="rel", task_id="k", data_source="wiki", interval=MONTH))
+    other = allocated(s.allocate("b", interval=MONTH, sequence="b", granularity="timeChunk",
+                                 lock_type="exclusive"))
+    assert (other.segment.interval, other.segment.version) == (MONTH, month.segment.version)
+    accepted(s.publish("b", rows(other.segment, 2), kind="insert"))
+    s.send(TaskFinished(task_id="b", status="success"))
+    s.lock("k", interval=MONTH, lock_type="append")
+    accepted(s.publish("k", rows(month.segment, 1), kind="append"))
+    assert seen(s) == {1: 1, 2: 1}
