@@ -1,5 +1,6 @@
 """Segment allocation (Druid's SegmentAllocateAction): new segment ids, consecutive per (dataSource, interval,
-version), never reused.
+version): one above every published id and every id an allocation record names (see
+``SourceState.next_partition``).
 
 **Which time chunk.** Appending must never hide what a chunk already holds.
 (Overwriting allocations, under a REPLACE lock or an exclusive timeChunk lock
@@ -11,15 +12,18 @@ locks or locks the allocation took itself:
 
 - If published segments contain the row's timestamp, the segment goes into
   their chunk (the newest version's interval), whatever interval was asked for;
-  if the newest version there has several intervals, the allocation is refused.
+  if the newest version there has several intervals, the allocation is refused,
+  and so it is when a newer published version overlaps part of that chunk (the
+  interval shows more than one version: Druid's "already has [n] versions"; a
+  segment there would be partly hidden at once).
 - Otherwise the requested interval is tried, then ever finer buckets holding
   the row (month, day, 6 h, hour, 30/15/10/5 min, minute, second), skipping any
   that overlaps an existing chunk (published, or allocated to a running task
-  under a live lock that does not overwrite) of another interval. If none
+  under a non-revoked lock that does not overwrite, released or not) of another interval. If none
   fits, or none can be locked, the allocation is refused.
 
 **Which version.** A segment appended into an existing chunk takes the chunk's
-version (its newest, published or allocated under a live appending lock): the
+version (its newest, published or pending, see :func:`_pending`): the
 second streaming task of a group gets the next partition of the first one's
 version. Under a timeChunk lock that version must not be newer than the lock's.
 Into an empty chunk: the lock's version, except under an APPEND lock: Druid's
@@ -128,6 +132,12 @@ def candidate_intervals(box: Lockbox, src: SourceState, req: SegmentAllocationRe
         if len(intervals) > 1:
             return (f"the row at {format_instant(ts)} lies in chunks of version {top} with different intervals: "
                     + ", ".join(iv.iso() for iv in intervals))
+        newer = sorted((s for s in src.by_interval.overlapping(intervals[0]) if s.version > top),
+                       key=lambda s: (s.version, s.interval.start, s.interval.end))
+        if newer:  # Druid: "Cannot allocate new segment ... as it already has [n] versions" (refused, no fallback)
+            return (f"chunk {intervals[0].iso()} of version {top} holding the row at {format_instant(ts)} is partly "
+                    f"overshadowed by version {newer[-1].version} of {newer[-1].interval.iso()}: an interval with "
+                    "more than one visible version takes no new segment")
         return intervals
     if req.interval is None:
         return "no interval given and no existing chunk contains the timestamp"
@@ -213,11 +223,14 @@ def finer_buckets(preferred: Interval, ts: int) -> list[Interval]:
 
 
 def _pending(box: Lockbox, src: SourceState) -> list[SegmentDescriptor]:
-    """Segments allocated to running tasks under a live lock that does not overwrite (an overwriting
-    version is not data until it commits: appends inside it go on as if it were not there). An allocation
-    made under an overwriting lock that was released is never pending, even if its task holds an APPEND
-    lock over it later: else appends would take the uncommitted overwrite version and, once published,
-    hide the rows committed at the chunk's real version."""
+    """Segments allocated to running tasks under a lock that does not overwrite and was not revoked (an
+    overwriting version is not data until it commits: appends inside it go on as if it were not there). An
+    allocation made under an overwriting lock that was released is never pending, even if its task holds an
+    APPEND lock over it later: else appends would take the uncommitted overwrite version and, once published,
+    hide the rows committed at the chunk's real version. One made under an appending lock stays pending after
+    that lock is released (or absorbed): its task may lock again and commit it, and Druid's createNewSegment
+    counts every pending segment of the interval; else another appending allocation would open a newer
+    version over it and the rows, committed later, would be hidden at once."""
     out = []
     for a in src.allocations.values():
         if a.task_id not in box.tasks:
@@ -227,9 +240,8 @@ def _pending(box: Lockbox, src: SourceState) -> list[SegmentDescriptor]:
             live = not own.revoked and not overwrites(own)
         elif a.lock_id is not None and a.lock_id in src.released_overwrites:
             live = False
-        else:  # its APPEND lock was absorbed by a wider one of the group, which the task holds
-            live = any(lk.lock_type == "append" and not lk.revoked and lk.interval.contains(a.segment.interval)
-                       for lk in src.locks_of(a.task_id))
+        else:  # its appending lock was released, or absorbed by a wider APPEND lock of the group
+            live = True
         if live:
             out.append(a.segment)
     return out

@@ -195,9 +195,9 @@ class Lockbox(LockboxState):
         """The task's info, or the reason a request from it must be refused."""
         info = self.tasks.get(task_id)
         if info is None:
-            if task_id in self.ended:
+            if self.has_ended(task_id):
                 return f"task {task_id} has finished"
-            return f"task {task_id} is unknown (no task_started)"
+            return f"task {task_id} is unknown (no task_started, or it finished and is forgotten)"
         if info.data_source != data_source:
             return f"task {task_id} works on {info.data_source!r}, not {data_source!r}"
         return info

@@ -31,6 +31,11 @@ outputs in Druid's ``numbered_overwrite`` form (partition ids from 32768) get
 the matching shard spec: root partition range, minor version, group size (what
 allocation wrote there was provisional: later outputs were not known yet).
 
+A replace commit is refused while an uncommitted appending allocation of an
+older version (a pending segment of a group that still runs) overlaps one of its
+segments without lying inside it (Druid: "Replacing with a finer segment
+granularity than a concurrent append is unsupported").
+
 A segment that a newer committed version already hides over some of its
 interval (and that gets no upgraded copy there) is refused: those rows would
 never be seen.
@@ -48,7 +53,7 @@ from typing import TYPE_CHECKING
 from coordinator.locks.allocation import overwrite_shard_spec, overwritten_inputs
 from coordinator.locks.conflicts import Emit
 from coordinator.locks.offsets import matches, moves_backwards
-from coordinator.locks.state import SourceState, replace_locks_used
+from coordinator.locks.state import SourceState, overwrites, replace_locks_used
 from events.interval import Interval
 from events.locks import PublishAccepted, PublishRejected, TaskLock
 from events.segment import OVERWRITE_PARTITION_START, SegmentDescriptor, SegmentId, SegmentIdError
@@ -100,6 +105,9 @@ def publish(box: Lockbox, req: PublishRequested, emit: Emit) -> None:
     own = _fill_overwrite_lineage(src, info.group_id, req.segments, overwritten) if kind == "insert" \
         else list(req.segments)
     if kind == "replace":
+        straddled = _straddled_pending_append(src, own)
+        if straddled is not None:
+            return reject(straddled)
         copies = _replace_upgrades(src, own, task_locks)
     elif kind == "append":
         copies = _append_upgrades(src, own)
@@ -253,6 +261,32 @@ def _replace_upgrades(src: SourceState, own: list[SegmentDescriptor], task_locks
                 interval = seg.interval
             copies.append((fresh.copy(seg, interval, lock.version), seg))
     return copies
+
+
+def _straddled_pending_append(src: SourceState, own: list[SegmentDescriptor]) -> str | None:
+    """Why a replace commit is refused, if it is: an uncommitted appending allocation (a pending segment of a
+    group that still runs: Druid's concurrent append) of an older version overlaps one of its segments without
+    lying inside it. Druid refuses this commit ("Replacing with a finer segment granularity than a concurrent
+    append is unsupported"): the pending segment's upgraded copy would need one replace interval holding it, and
+    committed later it would be partly hidden at once, its rows there lost. Allocations under overwriting locks
+    (live, or released while their task runs) are not appends: an overwrite is not data until it commits."""
+    if not src.allocations:
+        return None
+    lo, hi = min(s.interval.start for s in own), max(s.interval.end for s in own)
+    for a in src.allocations.values():
+        pending = a.segment
+        iv = pending.interval
+        if iv.end <= lo or hi <= iv.start or pending.id in src.segments:
+            continue
+        lock = src.locks.get(a.lock_id) if a.lock_id is not None else None
+        if (lock is not None and overwrites(lock)) or (lock is None and a.lock_id in src.released_overwrites):
+            continue
+        for seg in own:
+            if pending.version < seg.version and iv.overlaps(seg.interval) and not seg.interval.contains(iv):
+                return ("Replacing with a finer segment granularity than a concurrent append is unsupported: "
+                        f"cannot upgrade pending segment {pending.id} to version {seg.version} as the replace "
+                        f"interval {seg.interval.iso()} does not fully contain its interval {iv.iso()}")
+    return None
 
 
 def _append_upgrades(src: SourceState, own: list[SegmentDescriptor]) -> list[Copy]:

@@ -6,16 +6,20 @@ restored from a snapshot must instead *behave* identically to the one it was
 taken from: the same decisions, byte for byte, for every later request. So a
 snapshot keeps everything, and keeps every order that a decision can observe:
 
-- the task registry (insertion order), the ended tasks, the lock -> data source index;
+- the task registry (insertion order), the lock -> data source index;
 - per data source, in the dict orders the lockbox iterates them: live locks
   (the first matching lock answers an idempotent re-request; the blocking list
   names locks in this order), their holders (``locks_of`` follows it), the lock
-  sequence, published segments, the never-reused partition counters (root and overwrite),
-  allocations, the stream metadata, appends under replace locks (tuple order),
+  sequence, published segments, allocations, the stream metadata, appends under replace locks (tuple order),
   committed replace locks, the chunks replace publishes committed, the released overwriting locks, the
   tasks of each group that allocated (their allocations go when the group's last task ends) and
   the **waiting requests in arrival order** with their event times (they decide later grants and their
   versions).
+
+Derived, so not written (format 5): the partition counters (from the published segments and the
+allocation records) and the ended tasks still referred to (the ended members of groups that keep
+allocation records). A format 4 snapshot is read too (its counters and ended tasks are dropped and
+derived again: the fold keeps them exactly so since format 5), so a store written before needs no rebuild.
 
 Sets are written sorted (only membership is ever read from them). Records go
 through the events codec (``encode_record`` / ``decode_record``), so a
@@ -54,8 +58,10 @@ from events.segment import SegmentDescriptor
 from events.tasks import LockRequested
 
 #: The layout of :func:`snapshot_to_json`; a reader refuses any other (2: ``replaceChunks``, ``nextOverwrite``;
-#: 3: ``releasedOverwrites``; 4: ``allocators``, allocations and released locks pruned).
-SNAPSHOT_VERSION = 4
+#: 3: ``releasedOverwrites``; 4: ``allocators``, allocations and released locks pruned; 5: no ``ended``,
+#: ``nextPartition``, ``nextOverwrite``: derived, pruned with the allocations). Format 4 is upcast on reading.
+SNAPSHOT_VERSION = 5
+_READABLE = (4, SNAPSHOT_VERSION)
 
 
 class SnapshotError(ValueError):
@@ -67,7 +73,6 @@ def snapshot_to_json(box: LockboxState) -> dict[str, Any]:
     return {
         "version": SNAPSHOT_VERSION,
         "tasks": [[t.task_id, t.group_id, t.task_type, t.data_source, t.priority] for t in box.tasks.values()],
-        "ended": sorted(box.ended),
         "lockSource": [[lock_id, ds] for lock_id, ds in box.lock_source.items()],
         "sources": [[ds, _source_to_json(src)] for ds, src in box.sources.items()],
     }
@@ -79,13 +84,11 @@ def _source_to_json(src: SourceState) -> dict[str, Any]:
         "holders": [[lock_id, sorted(tasks)] for lock_id, tasks in src.holders.items()],
         "lockSeq": src.lock_seq,
         "segments": [encode_record(seg) for seg in src.segments.values()],
-        "nextPartition": [[s, e, v, n] for (s, e, v), n in src.next_partition.items()],
         "allocations": [[list(key), encode_record(a)] for key, a in src.allocations.items()],
         "metadata": src.metadata,
         "appendedUnder": [[lock_id, [encode_record(s) for s in segs]] for lock_id, segs in src.appended_under.items()],
         "committedReplaces": sorted(src.committed_replaces),
         "replaceChunks": [list(key) for key in sorted(src.replace_chunks)],
-        "nextOverwrite": [[s, e, v, n] for (s, e, v), n in src.next_overwrite.items()],
         "releasedOverwrites": sorted(src.released_overwrites),
         "allocators": [[group, sorted(tasks)] for group, tasks in src.allocators.items()],
         "waiters": [[encode_record(w.request), w.at] for w in src.waiters],
@@ -93,13 +96,17 @@ def _source_to_json(src: SourceState) -> dict[str, Any]:
 
 
 def lockbox_from_json(obj: Any) -> Lockbox:
-    """The lockbox a :func:`snapshot_to_json` value describes (raises :class:`SnapshotError` on another layout)."""
-    if not isinstance(obj, dict) or obj.get("version") != SNAPSHOT_VERSION:
+    """The lockbox a :func:`snapshot_to_json` value describes (raises :class:`SnapshotError` on another layout).
+
+    Format 4 is upcast: its ``ended``, ``nextPartition`` and ``nextOverwrite`` are left out, the lockbox derives
+    them from the tasks, the published segments and the allocation records (what a replay of the same log by
+    this code keeps, since allocation records were pruned the same way in format 4)."""
+    if not isinstance(obj, dict) or obj.get("version") not in _READABLE:
         found = obj.get("version") if isinstance(obj, dict) else type(obj).__name__
-        raise SnapshotError(f"not a lockbox snapshot of version {SNAPSHOT_VERSION} (found {found!r})")
+        raise SnapshotError(f"not a lockbox snapshot of version {' or '.join(map(str, _READABLE))} "
+                            f"(found {found!r})")
     box = Lockbox()
     box.tasks = {t[0]: TaskInfo(t[0], t[1], t[2], t[3], t[4]) for t in obj["tasks"]}
-    box.ended = set(obj["ended"])
     box.lock_source = {lock_id: ds for lock_id, ds in obj["lockSource"]}
     box.sources = {ds: _source_from_json(src) for ds, src in obj["sources"]}
     return box
@@ -113,7 +120,6 @@ def _source_from_json(obj: dict[str, Any]) -> SourceState:
         holders={lock_id: frozenset(tasks) for lock_id, tasks in obj["holders"]},
         lock_seq=obj["lockSeq"],
         segments={seg.id: seg for seg in segments},
-        next_partition={(s, e, v): n for s, e, v, n in obj["nextPartition"]},
         allocations={(k[0], k[1], k[2]): decode_record(SegmentAllocated, a, "allocation")
                      for k, a in obj["allocations"]},
         metadata=obj["metadata"],
@@ -122,7 +128,6 @@ def _source_from_json(obj: dict[str, Any]) -> SourceState:
         committed_replaces=frozenset(obj["committedReplaces"]),
         waiters=[Waiter(decode_record(LockRequested, req, "waiter"), at) for req, at in obj["waiters"]],
         replace_chunks=frozenset((s, e, v) for s, e, v in obj["replaceChunks"]),
-        next_overwrite={(s, e, v): n for s, e, v, n in obj["nextOverwrite"]},
         released_overwrites=frozenset(obj["releasedOverwrites"]),
         allocators={group: frozenset(tasks) for group, tasks in obj["allocators"]},
     )

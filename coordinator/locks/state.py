@@ -69,7 +69,6 @@ class SourceState:
     holders: dict[str, frozenset[str]] = field(default_factory=dict)  # lock id -> task ids holding it
     lock_seq: int = 0
     segments: dict[SegmentId, SegmentDescriptor] = field(default_factory=dict)  # published
-    next_partition: dict[ChunkVersion, int] = field(default_factory=dict)  # never reused
     allocations: dict[AllocationKey, SegmentAllocated] = field(default_factory=dict)
     metadata: Any = None  # stream offsets committed with the last publish
     appended_under: dict[str, tuple[SegmentDescriptor, ...]] = field(default_factory=dict)  # replace lock -> appends
@@ -78,8 +77,6 @@ class SourceState:
     # (start, end, version) of every chunk a REPLACE publish committed: appends committed later, at an
     # older version inside one of these, are upgraded into it (the replace lock may be gone by then).
     replace_chunks: frozenset[ChunkVersion] = frozenset()
-    # overwrite partition ids (Druid's numbered_overwrite, from 32768), never reused, apart from root ids
-    next_overwrite: dict[ChunkVersion, int] = field(default_factory=dict)
     # ids of overwriting locks (see :func:`overwrites`) released by their last holder while a running task's
     # allocation was made under them: that allocation stays (a repeated request gets its id back) but never
     # steers an appending allocation again, whatever locks its task holds later (an overwriting version is not
@@ -92,17 +89,58 @@ class SourceState:
     # interval, so a publish's checks cost its own segments' neighbourhood, not the data source's size
     chunk_partitions: dict[ChunkVersion, set[int]] = field(init=False, compare=False, repr=False)
     by_interval: IntervalIndex[SegmentId, SegmentDescriptor] = field(init=False, compare=False, repr=False)
+    # derived from ``segments`` and ``allocations`` (never stored, not compared): the next root and overwrite
+    # (Druid's numbered_overwrite, from 32768) partition id of each (interval, version), one above every
+    # published id and every id an allocation record names, as Druid's createNewSegment counts used and pending
+    # segments. The counters are pruned with the allocation records: an id allocated to a group that went idle
+    # and never published may be handed out again (none of its tasks can publish any more), as in Druid.
+    next_partition: dict[ChunkVersion, int] = field(init=False, compare=False, repr=False)
+    next_overwrite: dict[ChunkVersion, int] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.chunk_partitions = {}
         self.by_interval = IntervalIndex()
+        self.next_partition, self.next_overwrite = {}, {}
         for seg in self.segments.values():
             self._index(seg)
+        for a in self.allocations.values():
+            self.reserve(a.segment)
 
     def _index(self, seg: SegmentDescriptor) -> None:
         iv = seg.interval
         self.chunk_partitions.setdefault((iv.start, iv.end, seg.version), set()).add(seg.partition_id)
         self.by_interval.add(seg.id, iv, seg)
+        self.reserve(seg)
+
+    def record_allocation(self, key: AllocationKey, event: SegmentAllocated) -> None:
+        """An allocation record (the only way ``allocations`` grows: the partition counters follow)."""
+        self.allocations[key] = event
+        self.reserve(event.segment)
+
+    def drop_allocations(self, tasks: frozenset[str]) -> None:
+        """Delete the allocation records of ``tasks``; the counters of their chunks fall back to what the
+        published segments and the remaining records name."""
+        kept: dict[AllocationKey, SegmentAllocated] = {}
+        touched: set[ChunkVersion] = set()
+        for k, a in self.allocations.items():
+            if a.task_id in tasks:
+                iv = a.segment.interval
+                touched.add((iv.start, iv.end, a.segment.version))
+            else:
+                kept[k] = a
+        self.allocations = kept
+        if not touched:
+            return
+        for key in touched:
+            self.next_partition.pop(key, None)
+            self.next_overwrite.pop(key, None)
+            for pid in self.chunk_partitions.get(key, ()):
+                self._reserve_id(key, pid)
+        for a in kept.values():
+            iv = a.segment.interval
+            key = (iv.start, iv.end, a.segment.version)
+            if key in touched:
+                self._reserve_id(key, a.segment.partition_id)
 
     def add_segment(self, seg: SegmentDescriptor) -> None:
         """A committed segment (the only way ``segments`` grows: the derived indexes follow)."""
@@ -111,17 +149,16 @@ class SourceState:
 
     def copy(self) -> SourceState:
         return SourceState(
-            dict(self.locks), dict(self.holders), self.lock_seq, dict(self.segments), dict(self.next_partition),
-            dict(self.allocations), self.metadata, dict(self.appended_under), self.committed_replaces,
-            list(self.waiters), self.replace_chunks, dict(self.next_overwrite), self.released_overwrites,
-            dict(self.allocators),
+            dict(self.locks), dict(self.holders), self.lock_seq, dict(self.segments), dict(self.allocations),
+            self.metadata, dict(self.appended_under), self.committed_replaces, list(self.waiters),
+            self.replace_chunks, self.released_overwrites, dict(self.allocators),
         )
 
     def persistent(self) -> tuple[Any, ...]:
         """Everything but the waiters, for comparing a replayed state with the live one."""
-        return (self.locks, self.holders, self.lock_seq, self.segments, self.next_partition, self.allocations,
-                self.metadata, self.appended_under, self.committed_replaces, self.replace_chunks,
-                self.next_overwrite, self.released_overwrites, self.allocators)
+        return (self.locks, self.holders, self.lock_seq, self.segments, self.allocations, self.metadata,
+                self.appended_under, self.committed_replaces, self.replace_chunks, self.released_overwrites,
+                self.allocators)
 
     def locks_of(self, task_id: str) -> list[TaskLock]:
         return [self.locks[i] for i, tasks in self.holders.items() if task_id in tasks]
@@ -135,14 +172,15 @@ class SourceState:
         return self.next_overwrite.get((interval.start, interval.end, version), OVERWRITE_PARTITION_START)
 
     def reserve(self, seg: SegmentDescriptor) -> None:
-        """Partition ids up to this segment's are used in its (interval, version), for good (root and
-        overwrite ids counted apart)."""
-        key = (seg.interval.start, seg.interval.end, seg.version)
-        if seg.partition_id >= OVERWRITE_PARTITION_START:
-            self.next_overwrite[key] = max(self.next_overwrite.get(key, OVERWRITE_PARTITION_START),
-                                           seg.partition_id + 1)
+        """Partition ids up to this published or recorded segment's are used in its (interval, version) (root
+        and overwrite ids counted apart)."""
+        self._reserve_id((seg.interval.start, seg.interval.end, seg.version), seg.partition_id)
+
+    def _reserve_id(self, key: ChunkVersion, pid: int) -> None:
+        if pid >= OVERWRITE_PARTITION_START:
+            self.next_overwrite[key] = max(self.next_overwrite.get(key, OVERWRITE_PARTITION_START), pid + 1)
         else:
-            self.next_partition[key] = max(self.next_partition.get(key, 0), seg.partition_id + 1)
+            self.next_partition[key] = max(self.next_partition.get(key, 0), pid + 1)
 
 
 def allocation_key(sequence_name: str, previous: str | None, interval: Interval, skip_lineage: bool) -> AllocationKey:
@@ -170,7 +208,6 @@ class LockboxState:
 
     def __init__(self) -> None:
         self.tasks: dict[str, TaskInfo] = {}
-        self.ended: set[str] = set()
         self.sources: dict[str, SourceState] = {}
         self.lock_source: dict[str, str] = {}  # lock id -> data source
         # derived, rebuilt on first use after a restore: running tasks per group (from ``tasks``), and the data
@@ -187,7 +224,6 @@ class LockboxState:
     def copy(self) -> LockboxState:
         other = type(self)()
         other.tasks = dict(self.tasks)
-        other.ended = set(self.ended)
         other.sources = {ds: src.copy() for ds, src in self.sources.items()}
         other.lock_source = dict(self.lock_source)
         other._running = dict(self._running) if self._running is not None else None
@@ -197,7 +233,19 @@ class LockboxState:
         """Everything a replay rebuilds: data sources with nothing persistent (only waiters) are left out."""
         empty = SourceState().persistent()
         sources = {ds: p for ds, src in sorted(self.sources.items()) if (p := src.persistent()) != empty}
-        return (self.tasks, self.ended, sources, self.lock_source)
+        return (self.tasks, sources, self.lock_source)
+
+    def has_ended(self, task_id: str) -> bool:
+        """Whether ``task_id`` ended while its group still runs and keeps its allocation records (the only ended
+        tasks anything still refers to: the rest are forgotten, see :meth:`_prune_allocations`)."""
+        return task_id not in self.tasks and any(task_id in tasks for src in self.sources.values()
+                                                 for tasks in src.allocators.values())
+
+    @property
+    def ended(self) -> frozenset[str]:
+        """The ended tasks still referred to (see :meth:`has_ended`); derived, never stored."""
+        return frozenset(t for src in self.sources.values() for tasks in src.allocators.values() for t in tasks
+                         if t not in self.tasks)
 
     def live_locks(self) -> list[TaskLock]:
         """Every granted, unreleased lock (revoked ones included), by data source then lock id order of grant."""
@@ -213,14 +261,12 @@ class LockboxState:
                 self._running[event.group_id] = self._running.get(event.group_id, 0) + 1
             self.tasks[event.task_id] = TaskInfo(event.task_id, event.group_id, event.task_type, event.data_source,
                                                  event.priority)
-            self.ended.discard(event.task_id)
         elif isinstance(event, TaskDeregistered):
             info = self.tasks.pop(event.task_id, None)
             if info is not None and self._running is not None:
                 left = self._running.pop(info.group_id, 1) - 1
                 if left > 0:
                     self._running[info.group_id] = left
-            self.ended.add(event.task_id)
             if info is not None and info.data_source in self.sources:
                 src = self.sources[info.data_source]
                 src.waiters = [w for w in src.waiters if w.request.task_id != event.task_id]
@@ -267,12 +313,11 @@ class LockboxState:
                 del self.lock_source[lock_id]
         elif isinstance(event, SegmentAllocated):
             src = self.source(event.segment.data_source)
-            src.reserve(event.segment)
-            if event.sequence_name is not None:
+            if event.sequence_name is not None:  # (a decision logged before allocations were recorded: no record)
                 key = allocation_key(event.sequence_name, event.previous_segment_id, event.segment.interval,
                                      event.skip_lineage_check)
                 if key not in src.allocations:
-                    src.allocations[key] = event
+                    src.record_allocation(key, event)
                     info = self.tasks.get(event.task_id)
                     group = info.group_id if info is not None else event.task_id
                     tasks = src.allocators.get(group, frozenset())
@@ -286,7 +331,6 @@ class LockboxState:
             src = self.source(event.segments[0].data_source)
             for seg in event.segments:
                 src.add_segment(seg)
-                src.reserve(seg)
 
     def _running_per_group(self) -> dict[str, int]:
         if self._running is None:
@@ -312,7 +356,7 @@ class LockboxState:
                 other = self.sources[ds]
                 tasks = other.allocators.pop(group, None)
                 if tasks is not None:
-                    other.allocations = {k: a for k, a in other.allocations.items() if a.task_id not in tasks}
+                    other.drop_allocations(tasks)
         src = self.sources.get(ended.data_source)  # a task allocates in its own data source only
         if src is not None and src.released_overwrites:
             named = {a.lock_id for a in src.allocations.values() if a.task_id in self.tasks}
@@ -333,7 +377,6 @@ class LockboxState:
             kind = "replace" if any(lk.lock_type == "replace" for lk in task_locks) else "append"
         for seg in event.segments:
             src.add_segment(seg)
-            src.reserve(seg)
         if event.end_metadata is not None:
             src.metadata = plus(src.metadata, event.end_metadata)
         if kind == "replace":

@@ -199,9 +199,15 @@ def test_allocation_is_consecutive_idempotent_and_never_reuses_ids() -> None:
     skip1 = s.allocate("k2", sequence="s9", skip_lineage=True, previous="whatever")
     skip2 = s.allocate("k2", sequence="s9", skip_lineage=True, previous="something else")
     assert skip1.segment_id == skip2.segment_id  # type: ignore[attr-defined]
-    s.finish("k1"), s.finish("k2")
+    s.finish("k1")
     s.start("k3", "index_kafka")
-    assert s.allocate("k3", sequence="new").segment.partition_id == 4  # type: ignore[attr-defined]
+    d = s.allocate("k3", sequence="new")
+    assert d.segment.partition_id == 4, "k2's records keep the chunk's ids"  # type: ignore[attr-defined]
+    s.finish("k2"), s.finish("k3")
+    s.start("k4", "index_kafka")  # every allocator is gone (their records pruned): a fresh id all the same
+    fresh = s.allocate("k4", sequence="new")
+    assert isinstance(fresh, SegmentAllocated)
+    assert fresh.segment_id not in {x.segment_id for x in (a, b, c, skip1, d)}  # type: ignore[attr-defined]
 
 
 def test_segment_lock_allocation_locks_the_new_partition_atomically() -> None:

@@ -299,8 +299,8 @@ def test_snapshot_bytes_are_json_and_other_layouts_are_refused() -> None:
     s.start("a")
     s.lock("a")
     obj = orjson.loads(encode_snapshot(s.box))
-    assert obj["version"] == 4 and obj["sources"][0][0] == "wiki"
-    with pytest.raises(SnapshotError, match="version 4"):
+    assert obj["version"] == 5 and obj["sources"][0][0] == "wiki"
+    with pytest.raises(SnapshotError, match="version 4 or 5"):
         lockbox_from_json({**obj, "version": 3})
     with pytest.raises(SnapshotError):
         decode_snapshot(b"not json")
