@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -461,25 +461,52 @@ def await_lock_version(bootstrap: str, topics: Topics, request_id: str, timeout:
     raise SystemExit(f"no LockGranted for {request_id} within {timeout:.0f}s")
 
 
+def preload_entries(servers: int, preload: int, now: int) -> Iterator[tuple[str, str, bytes]]:
+    """The planner store's entries (:mod:`coordinator.placement.codec`, meta ``{"runs": 0}``) of the state
+    :func:`bench.incremental.build` makes (``preload`` hourly segments over 10 data sources, each held by 2 of
+    ``servers`` round robin), written out directly instead of folding that state and listing it: the same entries
+    (``tests/unit/placement/test_preload_entries.py``), unsorted, one at a time. At 1M segments folding that state
+    and listing its entries took 95 s of CPU and 7 GB; this keeps nothing."""
+    import orjson
+
+    from bench.incremental import T0 as START
+    from coordinator.placement.records import ServerFacts
+    from events.schema import encode_record
+
+    names = [f"h{i:03d}" for i in range(servers)]
+    facts = orjson.dumps(ServerFacts("_default_tier", 1 << 50).to_json())
+    for n in names:
+        yield "srv", n, facts
+    per_source = preload // 10
+    k = 0
+    for d in range(10):
+        for h in range(per_source):
+            seg = SegmentDescriptor(f"ds{d}", Interval(START + h * HOUR, START + (h + 1) * HOUR), "v1", 0,
+                                    1 << 20)
+            text = str(seg.id)
+            yield "seg", text, orjson.dumps({"segment": encode_record(seg), "used": True})
+            yield "held", f"{names[k % servers]}\x00{text}", b""
+            yield "held", f"{names[(k + 1) % servers]}\x00{text}", b""
+            k += 1
+    yield "meta", "", orjson.dumps({"start": now, "lastEventAt": now, "runs": 0})
+
+
 def preload_store(state_dir: Path, servers: int, preload: int, now: int) -> None:
     """Write the planner agent's store as a worker that already placed ``preload`` hourly segments x 2 replicas on
-    ``servers`` servers would have left it (the state of :func:`bench.incremental.build`, stored through the
-    placement codec, the one stored form), so a 1M-segment cluster is reached in a minute instead of hours of
-    loads through the broker. The worker restores it at start; its other agents start empty."""
-    from bench.incremental import build
-    from coordinator.placement import codec
+    ``servers`` servers would have left it (:func:`preload_entries`: the state of :func:`bench.incremental.build`
+    in the placement codec's stored form, the one stored form), so a 1M-segment cluster is reached in a minute
+    instead of hours of loads through the broker. The worker restores it at start; its other agents start empty."""
     from streaming.service import planner_agent
     from streaming.service.state import AgentStateStore
 
-    st = build(preload, servers, now)
     with AgentStateStore(state_dir / planner_agent.STORE_NAME, planner_agent.FORMAT_VERSION) as store:
-        entries = codec.entries(st, {"runs": 0})
-        for i in range(0, len(entries), 100_000):
-            batch = store.batch()
-            for family, key, value in entries[i:i + 100_000]:
-                if value is not None:
-                    batch.put(f"{family}/{key}".encode(), value)
-            store.commit(batch)
+        batch = store.batch()
+        for n, (family, key, value) in enumerate(preload_entries(servers, preload, now), 1):
+            batch.put(f"{family}/{key}".encode(), value)
+            if n % 100_000 == 0:
+                store.commit(batch)
+                batch = store.batch()
+        store.commit(batch)
 
 
 def published_at(bootstrap: str, topics: Topics, data_source: str) -> dict[str, float]:
