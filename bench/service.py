@@ -176,6 +176,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def memory_mb(pid: int) -> tuple[float, float]:
+    """A process's resident set now and at its peak, MB (Linux ``/proc``: VmRSS, VmHWM; 0 elsewhere)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return 0.0, 0.0
+    kb = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in lines) if k in ("VmRSS", "VmHWM")}
+    return kb.get("VmRSS", 0) / 1024, kb.get("VmHWM", 0) / 1024
+
+
 def end_offset(bootstrap: str, topic: str) -> int:
     """The end offset of ``topic``'s partition 0 (asked again while a loaded broker elects its leader)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
@@ -581,7 +591,8 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
         waited = time.perf_counter()
         version = await_lock_version(bootstrap, topics, "lock-1", timeout=300 + preload / 200, worker=worker)
         print(f"placement: the worker restored its stores and granted the lock {time.perf_counter() - waited:.1f}s "
-              "after it was requested")
+              f"after it was requested ({time.perf_counter() - worker.started:.1f}s after it started, "
+              f"{cpu_seconds(worker.proc.pid):.1f} CPU seconds; RSS {memory_mb(worker.proc.pid)[0]:,.0f} MB)")
 
         def seg(hour: int) -> SegmentDescriptor:
             return SegmentDescriptor(ds, Interval(T0 + hour * HOUR, T0 + (hour + 1) * HOUR), version, 0, 1_000_000)
@@ -642,6 +653,7 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             w.seconds = time.perf_counter() - began
             w.busy = (cpu_seconds(worker.proc.pid) - cpu_began) / w.seconds
             w.load_after = os.getloadavg()[0]
+            w.rss_mb, w.peak_mb = memory_mb(worker.proc.pid)
             windows.append(w)
         if spy is not None:
             spy.wait(120)
@@ -665,6 +677,8 @@ class _Window:
     seconds: float = 0.0
     busy: float = 0.0
     load_after: float = 0.0
+    rss_mb: float = 0.0  # the worker's resident set at the window's end, and its peak so far
+    peak_mb: float = 0.0
 
 
 def _report(w: _Window, hist: Historicals, published: dict[str, float], planner: str, servers: int, preload: int,
@@ -680,7 +694,8 @@ def _report(w: _Window, hist: Historicals, published: dict[str, float], planner:
     # shares one GIL: at 1000/s, 1 ms per publish (much of it under the GIL) is a whole core, and queues build
     print(f"  the worker used {w.busy:.2f} CPU seconds per second from the first publish to the last load read "
           f"({w.seconds:.1f}s): {w.busy * w.seconds / paced * 1000:.2f} CPU ms per publish; load average "
-          f"{w.load_before:.1f} before, {w.load_after:.1f} after")
+          f"{w.load_before:.1f} before, {w.load_after:.1f} after; the worker's RSS {w.rss_mb:,.0f} MB "
+          f"(peak {w.peak_mb:,.0f} MB)")
     print(f"[{planner} planner] placement latency, publish request -> LoadSegment read "
           f"({len(lat)}/{len(sent_at)} at {rate:.0f}/s, "
           f"{servers} servers, {preload} segments): p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms; "
