@@ -610,7 +610,9 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
                         deadline)
             print(f"placement: {servers} servers, {preload} segments x 2 replicas loaded "
                   f"({hist.loads} loads) in {time.perf_counter() - started:.1f}s")
-        else:  # a probe: the planner restored its store and plans (its first full run is behind it)
+        else:  # two probes: the planner restored its store and plans, and its first timer run is behind it
+            from streaming.service.app import PLAN_EVERY_S
+
             probe = seg(0)
             producer.send(Envelope(PublishRequested(request_id="probe", task_id="t1", segments=(probe,)),
                                    "probe", at(), ds))
@@ -618,8 +620,20 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             worker.wait("a load of the probe", lambda: str(probe.id) in hist.loads_read, deadline)
             print(f"placement: the worker restored and planned a probe {time.perf_counter() - started:.1f}s "
                   "after the lock was granted")
+            # the first probe is planned incrementally, before the worker's first timer run, which is a full run
+            # (at 1M segments tens of seconds on the planner's thread: it held up a whole paced window). The timer
+            # fires every PLAN_EVERY_S once a batch was applied; a probe published after that waits for the run
+            time.sleep(PLAN_EVERY_S + 1.0)
+            after = time.perf_counter()
+            probe = seg(1)
+            producer.send(Envelope(PublishRequested(request_id="probe-2", task_id="t1", segments=(probe,)),
+                                   "probe-2", at(), ds))
+            producer.flush()
+            worker.wait("a load of the second probe", lambda: str(probe.id) in hist.loads_read, deadline)
+            print(f"placement: a second probe, published after the worker's first timer run (a full run) began, "
+                  f"was planned {time.perf_counter() - after:.1f}s later")
         windows: list[_Window] = []
-        first = 1 if direct else preload
+        first = 2 if direct else preload
         for n, rate in enumerate(rates):
             # settle: the worker reads the answers and its own commands back; measure a caught-up service
             quiet_since, last = time.monotonic(), None
