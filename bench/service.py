@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,6 +174,16 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """A process's resident set now and at its peak, MB (Linux ``/proc``: VmRSS, VmHWM; 0 elsewhere)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return 0.0, 0.0
+    kb = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in lines) if k in ("VmRSS", "VmHWM")}
+    return kb.get("VmRSS", 0) / 1024, kb.get("VmHWM", 0) / 1024
 
 
 def end_offset(bootstrap: str, topic: str) -> int:
@@ -461,25 +471,52 @@ def await_lock_version(bootstrap: str, topics: Topics, request_id: str, timeout:
     raise SystemExit(f"no LockGranted for {request_id} within {timeout:.0f}s")
 
 
+def preload_entries(servers: int, preload: int, now: int) -> Iterator[tuple[str, str, bytes]]:
+    """The planner store's entries (:mod:`coordinator.placement.codec`, meta ``{"runs": 0}``) of the state
+    :func:`bench.incremental.build` makes (``preload`` hourly segments over 10 data sources, each held by 2 of
+    ``servers`` round robin), written out directly instead of folding that state and listing it: the same entries
+    (``tests/unit/placement/test_preload_entries.py``), unsorted, one at a time. At 1M segments folding that state
+    and listing its entries took 95 s of CPU and 7 GB; this keeps nothing."""
+    import orjson
+
+    from bench.incremental import T0 as START
+    from coordinator.placement.records import ServerFacts
+    from events.schema import encode_record
+
+    names = [f"h{i:03d}" for i in range(servers)]
+    facts = orjson.dumps(ServerFacts("_default_tier", 1 << 50).to_json())
+    for n in names:
+        yield "srv", n, facts
+    per_source = preload // 10
+    k = 0
+    for d in range(10):
+        for h in range(per_source):
+            seg = SegmentDescriptor(f"ds{d}", Interval(START + h * HOUR, START + (h + 1) * HOUR), "v1", 0,
+                                    1 << 20)
+            text = str(seg.id)
+            yield "seg", text, orjson.dumps({"segment": encode_record(seg), "used": True})
+            yield "held", f"{names[k % servers]}\x00{text}", b""
+            yield "held", f"{names[(k + 1) % servers]}\x00{text}", b""
+            k += 1
+    yield "meta", "", orjson.dumps({"start": now, "lastEventAt": now, "runs": 0})
+
+
 def preload_store(state_dir: Path, servers: int, preload: int, now: int) -> None:
     """Write the planner agent's store as a worker that already placed ``preload`` hourly segments x 2 replicas on
-    ``servers`` servers would have left it (the state of :func:`bench.incremental.build`, stored through the
-    placement codec, the one stored form), so a 1M-segment cluster is reached in a minute instead of hours of
-    loads through the broker. The worker restores it at start; its other agents start empty."""
-    from bench.incremental import build
-    from coordinator.placement import codec
+    ``servers`` servers would have left it (:func:`preload_entries`: the state of :func:`bench.incremental.build`
+    in the placement codec's stored form, the one stored form), so a 1M-segment cluster is reached in a minute
+    instead of hours of loads through the broker. The worker restores it at start; its other agents start empty."""
     from streaming.service import planner_agent
     from streaming.service.state import AgentStateStore
 
-    st = build(preload, servers, now)
     with AgentStateStore(state_dir / planner_agent.STORE_NAME, planner_agent.FORMAT_VERSION) as store:
-        entries = codec.entries(st, {"runs": 0})
-        for i in range(0, len(entries), 100_000):
-            batch = store.batch()
-            for family, key, value in entries[i:i + 100_000]:
-                if value is not None:
-                    batch.put(f"{family}/{key}".encode(), value)
-            store.commit(batch)
+        batch = store.batch()
+        for n, (family, key, value) in enumerate(preload_entries(servers, preload, now), 1):
+            batch.put(f"{family}/{key}".encode(), value)
+            if n % 100_000 == 0:
+                store.commit(batch)
+                batch = store.batch()
+        store.commit(batch)
 
 
 def published_at(bootstrap: str, topics: Topics, data_source: str) -> dict[str, float]:
@@ -554,7 +591,8 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
         waited = time.perf_counter()
         version = await_lock_version(bootstrap, topics, "lock-1", timeout=300 + preload / 200, worker=worker)
         print(f"placement: the worker restored its stores and granted the lock {time.perf_counter() - waited:.1f}s "
-              "after it was requested")
+              f"after it was requested ({time.perf_counter() - worker.started:.1f}s after it started, "
+              f"{cpu_seconds(worker.proc.pid):.1f} CPU seconds; RSS {memory_mb(worker.proc.pid)[0]:,.0f} MB)")
 
         def seg(hour: int) -> SegmentDescriptor:
             return SegmentDescriptor(ds, Interval(T0 + hour * HOUR, T0 + (hour + 1) * HOUR), version, 0, 1_000_000)
@@ -572,7 +610,9 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
                         deadline)
             print(f"placement: {servers} servers, {preload} segments x 2 replicas loaded "
                   f"({hist.loads} loads) in {time.perf_counter() - started:.1f}s")
-        else:  # a probe: the planner restored its store and plans (its first full run is behind it)
+        else:  # two probes: the planner restored its store and plans, and its first timer run is behind it
+            from streaming.service.app import PLAN_EVERY_S
+
             probe = seg(0)
             producer.send(Envelope(PublishRequested(request_id="probe", task_id="t1", segments=(probe,)),
                                    "probe", at(), ds))
@@ -580,8 +620,20 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             worker.wait("a load of the probe", lambda: str(probe.id) in hist.loads_read, deadline)
             print(f"placement: the worker restored and planned a probe {time.perf_counter() - started:.1f}s "
                   "after the lock was granted")
+            # the first probe is planned incrementally, before the worker's first timer run, which is a full run
+            # (at 1M segments tens of seconds on the planner's thread: it held up a whole paced window). The timer
+            # fires every PLAN_EVERY_S once a batch was applied; a probe published after that waits for the run
+            time.sleep(PLAN_EVERY_S + 1.0)
+            after = time.perf_counter()
+            probe = seg(1)
+            producer.send(Envelope(PublishRequested(request_id="probe-2", task_id="t1", segments=(probe,)),
+                                   "probe-2", at(), ds))
+            producer.flush()
+            worker.wait("a load of the second probe", lambda: str(probe.id) in hist.loads_read, deadline)
+            print(f"placement: a second probe, published after the worker's first timer run (a full run) began, "
+                  f"was planned {time.perf_counter() - after:.1f}s later")
         windows: list[_Window] = []
-        first = 1 if direct else preload
+        first = 2 if direct else preload
         for n, rate in enumerate(rates):
             # settle: the worker reads the answers and its own commands back; measure a caught-up service
             quiet_since, last = time.monotonic(), None
@@ -615,6 +667,7 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             w.seconds = time.perf_counter() - began
             w.busy = (cpu_seconds(worker.proc.pid) - cpu_began) / w.seconds
             w.load_after = os.getloadavg()[0]
+            w.rss_mb, w.peak_mb = memory_mb(worker.proc.pid)
             windows.append(w)
         if spy is not None:
             spy.wait(120)
@@ -645,6 +698,8 @@ class _Window:
     seconds: float = 0.0
     busy: float = 0.0
     load_after: float = 0.0
+    rss_mb: float = 0.0  # the worker's resident set at the window's end, and its peak so far
+    peak_mb: float = 0.0
 
 
 def _report(w: _Window, hist: Historicals, published: dict[str, float], planner: str, servers: int, preload: int,
@@ -660,7 +715,8 @@ def _report(w: _Window, hist: Historicals, published: dict[str, float], planner:
     # shares one GIL: at 1000/s, 1 ms per publish (much of it under the GIL) is a whole core, and queues build
     print(f"  the worker used {w.busy:.2f} CPU seconds per second from the first publish to the last load read "
           f"({w.seconds:.1f}s): {w.busy * w.seconds / paced * 1000:.2f} CPU ms per publish; load average "
-          f"{w.load_before:.1f} before, {w.load_after:.1f} after")
+          f"{w.load_before:.1f} before, {w.load_after:.1f} after; the worker's RSS {w.rss_mb:,.0f} MB "
+          f"(peak {w.peak_mb:,.0f} MB)")
     print(f"[{planner} planner] placement latency, publish request -> LoadSegment read "
           f"({len(lat)}/{len(sent_at)} at {rate:.0f}/s, "
           f"{servers} servers, {preload} segments): p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms; "

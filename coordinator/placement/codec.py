@@ -138,9 +138,14 @@ def restore(stored: Iterable[tuple[str, str, bytes]], load_timeout_ms: int = DEF
         st.epochs[key] = int(raw)
     for key, raw in sorted(by_family["gone"]):
         st.bury(key, int(raw))
+    held: dict[str, list[SegmentId]] = {}  # per server, in key order (one bulk hold each)
     for key, _raw in sorted(by_family["held"]):
         server, _, text = key.partition("\x00")
-        st.hold(server, _segment_id(st, text), True)
+        sids = held.get(server)
+        if sids is None:
+            sids = held[server] = []
+        sids.append(_segment_id(st, text))
+    st.hold_stored(held)
     for key, raw in sorted(by_family["q"]):
         o = orjson.loads(raw)
         st.enqueue(key, InFlight.from_json(o, _segment_id(st, o["segment"])))

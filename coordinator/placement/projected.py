@@ -479,7 +479,9 @@ class Projected:
             self.mark_pending.add(sid)
             self.dirty.add(("seg", str(sid)))
         seg = self.segments.get(sid)
-        index = self.used_index.setdefault(sid.data_source, IntervalIndex())
+        index = self.used_index.get(sid.data_source)
+        if index is None:  # not setdefault(..., IntervalIndex()): that built an index on every call
+            index = self.used_index[sid.data_source] = IntervalIndex()
         if seg is not None and sid not in index:
             index.add(sid, seg.interval, sid)
 
@@ -507,6 +509,89 @@ class Projected:
         self.dirty.add(("held", f"{name}\x00{sid}"))  # the ``seg`` entry (descriptor, used) is not the holding's
         self._note_ref(name, sid)
         self._refresh(name, sid)
+
+    def hold_stored(self, holdings: Mapping[str, Iterable[SegmentId]]) -> None:
+        """Holdings read back from an adapter's store (a restore): :meth:`hold` ``(name, s, True)`` of each server's
+        segments, server by server, in order, without marking them dirty (the store has them). The indexes end as
+        :meth:`hold`'s would leave them (each is a sum over pairs; ``balanceable`` is sorted): a pair that derived
+        nothing before (not held, nothing in flight for it, not a move source) of a known segment with no plain
+        load queued anywhere, on a joined server, gets its projection (a plain loaded copy) and its contribution
+        written out here, as :meth:`_enqueue_lone_load` does for loads, and the segments that got their first
+        active holder of a tier join its ``balanceable`` list in one sorted update; any other pair takes
+        :meth:`hold`. At 1M segments a restore holds 2M such pairs: the general path's derive and contribute were a
+        third of the worker's start-up, and one ``balanceable`` insertion each another tenth."""
+        ranked: dict[str, list[SegmentId]] = {}  # tier -> segments that got their first active holder there
+
+        def flush() -> None:  # the written-out contributions the general path reads
+            for tier, sids in ranked.items():
+                if not sids:
+                    continue  # no empty list is kept (as _contribute deletes one)
+                balanceable = self.balanceable.get(tier)
+                if balanceable is None:
+                    self.balanceable[tier] = SortedKeyList(sids, key=_ID)
+                else:
+                    balanceable.update(sids)
+            ranked.clear()
+
+        for name, sids in holdings.items():
+            tier = self.tier_of.get(name)
+            if tier is None or self._deferred is not None or self._refreshing:
+                flush()
+                for sid in sids:
+                    self._hold_general(name, sid)
+                continue
+            mine = self.held.setdefault(name, set())
+            segments, by_place, pending_in = self.segments, self.by_place, self.pending_in
+            sourced: Mapping[SegmentId, int] = self._sourced.get(name) or {}
+            draining = name in self.decommissioning
+            loaded, holders, loaded_in, active_in = self.loaded[name], self.holders, self.loaded_in, self.active_in
+            pairs, touched, mark = self._pairs, self.touched_segments, self.mark_pending
+            cached, indexed = name in self.caches, tier in self.tier_indexes
+            first_active = ranked.setdefault(tier, [])
+            for sid in sids:
+                seg = segments.get(sid)
+                if seg is None or sid in mine or (name, sid) in by_place or sid in sourced or pending_in.get(sid):
+                    flush()
+                    first_active = ranked.setdefault(tier, [])
+                    self._hold_general(name, sid)
+                    continue
+                mine.add(sid)
+                size = seg.size
+                pairs[(name, sid)] = _new_tuple(_Derived, (tier, size, True, None, None, False, draining))
+                touched.add(sid)
+                mark.add(sid)
+                loaded.add(sid)
+                self.used_bytes[name] += size
+                servers = holders.get(sid)
+                if servers is None:
+                    holders[sid] = {name}
+                else:
+                    servers.add(name)
+                counts = loaded_in.get(sid)
+                if counts is None:
+                    counts = loaded_in[sid] = _new_counter(Counter)
+                counts[tier] = counts.get(tier, 0) + 1
+                if not draining:
+                    active = active_in.get(sid)
+                    if active is None:
+                        active = active_in[sid] = _new_counter(Counter)
+                    n = active.get(tier, 0) + 1
+                    active[tier] = n
+                    if n == 1:
+                        first_active.append(sid)
+                if cached:  # the pair entered the projection (see _refresh_pair)
+                    self._cache_delta.setdefault(name, {})[sid] = True
+                if indexed:
+                    self._index_delta.setdefault(tier, {})[(name, sid)] = True
+        flush()
+
+    def _hold_general(self, name: str, sid: SegmentId) -> None:
+        """:meth:`hold` ``(name, sid, True)`` leaving the dirty set as it was."""
+        key = ("held", f"{name}\x00{sid}")
+        was = key in self.dirty
+        self.hold(name, sid, True)
+        if not was:
+            self.dirty.discard(key)
 
     def forgettable(self, sid: SegmentId) -> bool:
         """Unused, held by no server (joined or not) and with no command in flight: nothing needs it."""
@@ -788,7 +873,9 @@ class Projected:
         if d.move_source:
             _toggle(self.move_sources.setdefault(sid, set()), name, sign)
         if d.active_holder:
-            active = self.active_in.setdefault(sid, Counter())
+            active = self.active_in.get(sid)
+            if active is None:  # not setdefault(sid, Counter()): that built a Counter on every call
+                active = self.active_in[sid] = _new_counter(Counter)
             active[tier] += sign
             if sign > 0 and active[tier] == 1:
                 self.balanceable.setdefault(tier, SortedKeyList(key=_ID)).add(sid)
@@ -847,7 +934,7 @@ def _toggle(members: set[str] | set[SegmentId], x: object, sign: int) -> None:
 def _count(index: dict[SegmentId, Counter[str]], sid: SegmentId, tier: str, sign: int) -> None:
     c = index.get(sid)
     if c is None:  # not setdefault(sid, Counter()): that built a Counter (a Python-level __init__) on every call
-        c = index[sid] = Counter()
+        c = index[sid] = _new_counter(Counter)
     c[tier] += sign
     if not c[tier]:
         del c[tier]

@@ -162,6 +162,7 @@ from events.segment import SegmentId
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentUnannounced
 from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
 from streaming import credentials
+from streaming.service.heap import collector_paused
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, prior_ids, seen_in
 from streaming.service.state import AgentStateStore, StoreBatch
 
@@ -193,15 +194,16 @@ def load_state(store: AgentStateStore, load_timeout_ms: int = DEFAULT_LOAD_TIMEO
 
 def _load(store: AgentStateStore, load_timeout_ms: int,
           window: SettledWindow | None) -> tuple[PlacementState, dict[str, Any]]:
-    entries = []
-    for family in codec.FAMILIES:
-        if family == "ans":
-            continue  # looked up when needed, never loaded
-        prefix = f"{family}/".encode()
-        entries.extend((family, k[len(prefix):].decode(), v) for k, v in store.scan(prefix))
-    return codec.restore(entries, load_timeout_ms,
-                         settled_before=lambda cid: store.get(_key("ans", cid)) is not None,
-                         settled_of=lambda text: settled_of(store, text), window=window)
+    with collector_paused():  # millions of objects that all stay: collections would scan them and free nothing
+        entries = []
+        for family in codec.FAMILIES:
+            if family == "ans":
+                continue  # looked up when needed, never loaded
+            prefix = f"{family}/".encode()
+            entries.extend((family, k[len(prefix):].decode(), v) for k, v in store.scan(prefix))
+        return codec.restore(entries, load_timeout_ms,
+                             settled_before=lambda cid: store.get(_key("ans", cid)) is not None,
+                             settled_of=lambda text: settled_of(store, text), window=window)
 
 
 def settled_of(store: AgentStateStore, text: str) -> list[str]:
