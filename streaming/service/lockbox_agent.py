@@ -37,8 +37,9 @@ Per batch, in this order (its exactly-once effect, docs/architecture.md):
   lockbox after the first ``S`` applied requests, as
   :mod:`coordinator.locks.snapshot` writes it: tasks, locks and holders,
   lock sequences, published segments, allocations (the partition counters
-  and the ended tasks a decision needs are derived from them), metadata, appends under replace locks, committed replaces and
-  the waiting requests in arrival order, with every order a decision reads;
+  and the ended tasks a decision needs are derived from them), metadata,
+  appends under replace locks, committed replaces and the waiting requests in
+  arrival order, with every order a decision reads;
 - ``in/<seq>`` -> the original bytes of applied request ``seq``, for
   ``S <= seq < next``: the **tail** after the snapshot;
 - ``order/<seq>`` -> the event id of applied request ``seq``, for every
