@@ -691,6 +691,8 @@ def main() -> None:
     parser.add_argument("--preload", type=int, default=10_000)
     parser.add_argument("--only", choices=("timeline", "placement", "lockbox", "agent"), default=None,
                         help="agent: the timeline agent in this process against its fold (no broker, no worker)")
+    parser.add_argument("--timeline-workers", choices=("both", "leading", "no-planner"), default="both",
+                        help="timeline: the leading worker (planner on), a --no-planner worker, or both in turn")
     parser.add_argument("--rounds", type=int, default=2, help="agent: alternating runs of the fold and the agent")
     parser.add_argument("--planner", choices=("both", "full", "incremental"), default="both",
                         help="placement: the full-plan baseline, the incremental planner, or both (the ratio)")
@@ -712,14 +714,17 @@ def main() -> None:
             try:
                 if args.only in (None, "timeline"):
                     seg_events = segment_events(args.segments)
-                    tl_worker, tl_topics = throughput(bootstrap, work, SEGMENTS, TIMELINE, seg_events, fold_timeline,
-                                                      "timeline")
-                    workers.append(tl_worker)
-                    latency(bootstrap, tl_topics, args.paced, args.rate)
-                    tl_worker.stop()
+                    if args.timeline_workers in ("both", "leading"):
+                        tl_worker, tl_topics = throughput(bootstrap, work, SEGMENTS, TIMELINE, seg_events,
+                                                          fold_timeline, "timeline")
+                        workers.append(tl_worker)
+                        latency(bootstrap, tl_topics, args.paced, args.rate)
+                        tl_worker.stop()
+                if args.only in (None, "timeline") and args.timeline_workers in ("both", "no-planner"):
                     # the timeline path of a worker that does not plan (segcoord run --no-planner): no planner
                     # feed folding every segments record on its thread beside the timeline agent
-                    np_worker, _ = throughput(bootstrap, work, SEGMENTS, TIMELINE, seg_events, fold_timeline,
+                    np_worker, _ = throughput(bootstrap, work, SEGMENTS, TIMELINE, segment_events(args.segments),
+                                              fold_timeline,
                                               "timeline-noplanner", ("--no-planner",),
                                               "timeline agent, --no-planner worker")
                     workers.append(np_worker)
