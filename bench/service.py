@@ -712,19 +712,17 @@ def main() -> None:
         with bench_broker(work) as bootstrap:
             workers: list[Worker] = []
             try:
-                if args.only in (None, "timeline"):
-                    seg_events = segment_events(args.segments)
-                    if args.timeline_workers in ("both", "leading"):
-                        tl_worker, tl_topics = throughput(bootstrap, work, SEGMENTS, TIMELINE, seg_events,
-                                                          fold_timeline, "timeline")
-                        workers.append(tl_worker)
-                        latency(bootstrap, tl_topics, args.paced, args.rate)
-                        tl_worker.stop()
+                seg_events = segment_events(args.segments) if args.only in (None, "timeline") else []
+                if args.only in (None, "timeline") and args.timeline_workers in ("both", "leading"):
+                    tl_worker, tl_topics = throughput(bootstrap, work, SEGMENTS, TIMELINE, seg_events, fold_timeline,
+                                                      "timeline")
+                    workers.append(tl_worker)
+                    latency(bootstrap, tl_topics, args.paced, args.rate)
+                    tl_worker.stop()
                 if args.only in (None, "timeline") and args.timeline_workers in ("both", "no-planner"):
                     # the timeline path of a worker that does not plan (segcoord run --no-planner): no planner
                     # feed folding every segments record on its thread beside the timeline agent
-                    np_worker, _ = throughput(bootstrap, work, SEGMENTS, TIMELINE, segment_events(args.segments),
-                                              fold_timeline,
+                    np_worker, _ = throughput(bootstrap, work, SEGMENTS, TIMELINE, seg_events, fold_timeline,
                                               "timeline-noplanner", ("--no-planner",),
                                               "timeline agent, --no-planner worker")
                     workers.append(np_worker)

@@ -61,6 +61,10 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(f"--plan-every: must be a positive number of seconds, got {args.plan_every}")
     if args.coordinator_period <= 0:
         raise CliError(f"--coordinator-period: must be a positive number of seconds, got {args.coordinator_period}")
+    if args.no_planner and args.balancer == "spark":
+        raise CliError("--no-planner with --balancer spark: the Spark balancer is started beside the planner; start "
+                       "it with a worker that stands for the planner election (or run it apart: --balancer external "
+                       "on the workers)")
     http = None
     if args.http:
         from streaming.http import parse_address

@@ -51,3 +51,9 @@ def test_run_help_offers_no_planner(capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "--no-planner" in out and "never stands for the planner election" in out
+
+
+def test_run_refuses_no_planner_with_the_spark_balancer_before_any_broker(capsys: pytest.CaptureFixture[str]) -> None:
+    # the Spark balancer is started beside the planner: beside a worker that never plans it would balance alone
+    assert main(["run", "--no-planner", "--balancer", "spark", "--bootstrap", "127.0.0.1:1"]) == 2
+    assert "--no-planner with --balancer spark" in capsys.readouterr().err
