@@ -5,7 +5,11 @@ Three measurements, each against a fresh topic prefix and an empty state folder:
 1. **Timeline agent throughput**: N segments events (publishes, announces, unannounces, marks unused over
    6 data sources) are produced first; then ``segcoord run`` starts as a subprocess and the clock runs until
    the ``timeline`` topic holds every visibility change a pure fold predicts. Reported: events/s from the
-   process start (includes the worker's start-up) and from its first output (steady state).
+   process start (includes the worker's start-up) and from its first output (steady state). The worker of this
+   run leads (it is alone), so its planner feed folds every ``segments`` record on its own thread beside the
+   agents; the same measurement follows on a ``segcoord run --no-planner`` worker (the timeline path of a worker
+   that does not plan), each against the pure fold of its own call. With ``SEGCOORD_BENCH_PROFILE=PATH`` each
+   worker runs under py-spy (``PATH.timeline.raw``, ``PATH.timeline-noplanner.raw``).
 2. **Lockbox agent throughput**: the same with M task requests (lifecycles of start, lock, allocate, publish,
    finish) and the ``locks`` topic.
 3. **Visibility latency**: with the worker of (1) still running and caught up, a paced stream of publishes and
@@ -197,18 +201,19 @@ def end_offset(bootstrap: str, topic: str) -> int:
 
 class Worker:
     def __init__(self, bootstrap: str, topics: Topics, state: Path, log: Path, planner: str = "incremental",
-                 balancer: str = "planner", profile_all: bool = True) -> None:
+                 balancer: str = "planner", profile_all: bool = True, extra: tuple[str, ...] = ()) -> None:
         self.log = log
         # a py-spy raw profile of the worker goes there (placement: of the paced window only, see attach_profile)
         profile = os.environ.get("SEGCOORD_BENCH_PROFILE") if profile_all else None
         self.profiled = bool(profile)
         flags = os.environ.get("SEGCOORD_BENCH_PROFILE_FLAGS", "").split()  # e.g. --gil: samples holding the GIL
         wrap = [_py_spy(), "record", "-r", "50", "-f", "raw", *flags, "-o",
-                f"{profile}.{planner}.raw", "--"] if profile else []
+                f"{profile}.{log.stem}.raw", "--"] if profile else []
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [*wrap, SEGCOORD, "run", "--bootstrap", bootstrap, "--topic-prefix", topics.prefix, "--state-dir",
-                 str(state), "--planner", planner, "--balancer", balancer], stdout=out, stderr=subprocess.STDOUT)
+                 str(state), "--planner", planner, "--balancer", balancer, *extra], stdout=out,
+                stderr=subprocess.STDOUT)
         self.started = time.perf_counter()
 
     def wait(self, what: str, done: Callable[[], bool], deadline: float) -> None:
@@ -298,20 +303,23 @@ def produce(bootstrap: str, topics: Topics, events: list[Envelope[Event]]) -> li
 
 
 def throughput(bootstrap: str, work: Path, logical_in: str, logical_out: str, events: list[Envelope[Event]],
-               fold, label: str) -> tuple[Worker, Topics]:  # type: ignore[no-untyped-def]
+               fold, label: str, extra: tuple[str, ...] = (),  # type: ignore[no-untyped-def]
+               title: str | None = None) -> tuple[Worker, Topics]:
+    """``label``'s agent on a fresh topic prefix: the worker (``segcoord run`` + ``extra``) against the pure fold
+    of the same events, measured in this call; printed under ``title`` (default ``<label> agent``)."""
     topics = Topics(f"bench{uuid.uuid4().hex[:8]}.")
     create_topics(bootstrap, topics, partitions=1)
     values = produce(bootstrap, topics, events)
     outputs, fold_rate, fold_cpu_rate = fold(values)
-    worker = Worker(bootstrap, topics, work / f"state-{label}", work / f"{label}.log")
+    worker = Worker(bootstrap, topics, work / f"state-{label}", work / f"{label}.log", extra=extra)
     try:
         total, first, steady_cpu = wait_output(bootstrap, topics.name(logical_out), outputs, worker, timeout=600)
     except BaseException:
         worker.stop()  # not yet the caller's to stop: never leave it running
         raise
     rate, steady = len(values) / total, len(values) / max(total - first, 1e-9)
-    print(f"{label} agent: {len(values)} {logical_in} events -> {outputs} {logical_out} records in {total:.2f}s "
-          f"from process start (first output at {first:.2f}s): {rate:,.0f} events/s overall, "
+    print(f"{title or label + ' agent'}: {len(values)} {logical_in} events -> {outputs} {logical_out} records in "
+          f"{total:.2f}s from process start (first output at {first:.2f}s): {rate:,.0f} events/s overall, "
           f"{steady:,.0f} events/s after the first output")
     print(f"  baseline pure fold in-process: {fold_rate:,.0f} events/s; service/fold = {steady / fold_rate:.2f} "
           f"(steady), {rate / fold_rate:.2f} (overall)")
@@ -746,6 +754,8 @@ def main() -> None:
     parser.add_argument("--preload", type=int, default=10_000)
     parser.add_argument("--only", choices=("timeline", "placement", "lockbox", "agent"), default=None,
                         help="agent: the timeline agent in this process against its fold (no broker, no worker)")
+    parser.add_argument("--timeline-workers", choices=("both", "leading", "no-planner"), default="both",
+                        help="timeline: the leading worker (planner on), a --no-planner worker, or both in turn")
     parser.add_argument("--rounds", type=int, default=2, help="agent: alternating runs of the fold and the agent")
     parser.add_argument("--planner", choices=("both", "full", "incremental"), default="both",
                         help="placement: the full-plan baseline, the incremental planner, or both (the ratio)")
@@ -765,13 +775,21 @@ def main() -> None:
         with bench_broker(work) as bootstrap:
             workers: list[Worker] = []
             try:
-                if args.only in (None, "timeline"):
-                    seg_events = segment_events(args.segments)
+                seg_events = segment_events(args.segments) if args.only in (None, "timeline") else []
+                if args.only in (None, "timeline") and args.timeline_workers in ("both", "leading"):
                     tl_worker, tl_topics = throughput(bootstrap, work, SEGMENTS, TIMELINE, seg_events, fold_timeline,
                                                       "timeline")
                     workers.append(tl_worker)
                     latency(bootstrap, tl_topics, args.paced, args.rate)
                     tl_worker.stop()
+                if args.only in (None, "timeline") and args.timeline_workers in ("both", "no-planner"):
+                    # the timeline path of a worker that does not plan (segcoord run --no-planner): no planner
+                    # feed folding every segments record on its thread beside the timeline agent
+                    np_worker, _ = throughput(bootstrap, work, SEGMENTS, TIMELINE, seg_events, fold_timeline,
+                                              "timeline-noplanner", ("--no-planner",),
+                                              "timeline agent, --no-planner worker")
+                    workers.append(np_worker)
+                    np_worker.stop()
                 if args.only in (None, "placement"):
                     direct = (args.preload_via or ("direct" if args.preload > 10_000 else "lockbox")) == "direct"
                     base = p99 = None

@@ -61,6 +61,10 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(f"--plan-every: must be a positive number of seconds, got {args.plan_every}")
     if args.coordinator_period <= 0:
         raise CliError(f"--coordinator-period: must be a positive number of seconds, got {args.coordinator_period}")
+    if args.no_planner and args.balancer == "spark":
+        raise CliError("--no-planner with --balancer spark: the Spark balancer is started beside the planner; start "
+                       "it with a worker that stands for the planner election (or run it apart: --balancer external "
+                       "on the workers)")
     http = None
     if args.http:
         from streaming.http import parse_address
@@ -74,8 +78,9 @@ def _run(args: argparse.Namespace) -> int:
     # topics it has to create get the cluster's default replication (topics create --replication sets it)
     until_reachable("creating the topics", lambda: create_topics(address, tps, replication=None))
     state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / tps.prefix.rstrip(".")
-    print(f"segcoord run: timeline, lockbox and planner agents on {address}, topics {tps.prefix}*, "
-          f"state {state_dir}", flush=True)
+    agents = "timeline, lockbox and upsert agents (--no-planner)" if args.no_planner else \
+        "timeline, lockbox and planner agents"
+    print(f"segcoord run: {agents} on {address}, topics {tps.prefix}*, state {state_dir}", flush=True)
     supervisor = None
     if args.balancer == "spark":
         from streaming.balancer.supervisor import BalancerSupervisor
@@ -94,7 +99,8 @@ def _run(args: argparse.Namespace) -> int:
                            http=http, server_timeout_ms=args.server_timeout_millis, applied_window=window,
                            settled_window=settled,
                            balancer=supervisor, period_ms=max(1, round(args.coordinator_period * 1000)),
-                           worker_id=args.worker_id, http_advertise=args.http_advertise)
+                           worker_id=args.worker_id, http_advertise=args.http_advertise,
+                           plans=not args.no_planner)
     except DuplicateWorkerError as e:
         raise CliError(f"--worker-id: {e}") from None
     except ValueError as e:
@@ -123,6 +129,11 @@ def register(sub: Any) -> None:
                      help="this worker's identity in the consumer group (letters, digits, '._-'); default: the host "
                           "name and a digest of --state-dir. Several workers (each its own --state-dir) split the "
                           "partitions of segments and lock-requests; one of them, elected, runs the planner")
+    run.add_argument("--no-planner", action="store_true",
+                     help="this worker never stands for the planner election: it runs the timeline, lockbox and "
+                          "upsert agents on its partitions and never plans; another worker of the group (one "
+                          "without this flag) runs the planner. Its HTTP API redirects to that worker's "
+                          "(docs/workers.md, \"Workers that do not plan\")")
     run.add_argument("--log-level", default="info", choices=("crit", "error", "warn", "info", "debug"),
                      help="the service's own lines (one per planning decision batch) at info, the default; the "
                           "libraries' at warn or above")

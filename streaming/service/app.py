@@ -351,12 +351,15 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                 server_timeout_ms: int = planner_mod.DEFAULT_SERVER_TIMEOUT_MS,
                 applied_window: AppliedWindow | None = None, balancer: Any = None,
                 period_ms: int = DEFAULT_PERIOD_MS, worker_id: str | None = None,
-                http_advertise: str | None = None, settled_window: SettledWindow | None = DEFAULT_WINDOW) -> int:
+                http_advertise: str | None = None, settled_window: SettledWindow | None = DEFAULT_WINDOW,
+                plans: bool = True) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
     (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`). With
     ``balancer`` (a :class:`~streaming.balancer.supervisor.BalancerSupervisor`) its health is reported and, when
     it gives up, the planner agent balances again. Several workers (same topics, own state folders) split the
-    partitions; the planner runs on the one elected (:mod:`streaming.service.election`). Raises
+    partitions; the planner runs on the one elected (:mod:`streaming.service.election`). With ``plans`` False
+    (``segcoord run --no-planner``) this worker never stands for that election: it runs the timeline, lockbox
+    and upsert agents only, and some other worker plans. Raises
     :class:`~streaming.service.worker_identity.DuplicateWorkerError` when a live worker has this one's identity
     (``worker_id``, else derived from ``state_dir``)."""
     import faust
@@ -469,7 +472,8 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         app = build_app(bootstrap, topics, timeline, lockbox, None, plan_every_s, heap, observer,
                         upserts=upserts, me=me, planner_pool=planner_pool, snapshot_tail=snapshot_tail)
         print(f"worker {me.worker_id}: group instance {me.instance_id(app.conf.id)}; the planner runs on the "
-              f"worker elected through {election_topic(topics)}", flush=True)
+              f"worker elected through {election_topic(topics)}"
+              f"{'' if plans else ', never this one (--no-planner)'}", flush=True)
         directory = LeaderDirectory(bootstrap, topics, extra=kafka_log)
         feed = PlannerFeed(bootstrap, planner, pl_producer, planner_pool, SHUTDOWN, worker_id=me.worker_id,
                            plan_every_s=plan_every_s, extra=kafka_log, election_topic=election_topic(topics),
@@ -486,7 +490,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
             share_envelopes(False)
 
         election = Election(bootstrap, topics, me.worker_id, client_id=me.client_id, on_elected=elected,
-                            on_deposed=deposed, extra=kafka_log, http=http_url)
+                            on_deposed=deposed, extra=kafka_log, http=http_url, candidate=plans)
         observer.leadership = ElectionLeadership(election, directory, ready=lambda: feed.caught_up)
         election.start()
         stack.callback(election.close)

@@ -28,6 +28,11 @@ partition of ``commands``).
 current leader: :class:`LeaderDirectory` reads it for workers that do not lead, so their HTTP API can
 redirect to the leader's, as Druid's non-leader coordinators do (:mod:`streaming.http_leader`).
 
+**Workers that never stand.** A worker started with ``segcoord run --no-planner`` is no candidate
+(``candidate=False``): it never joins the election group, so it is never elected, writes no claim and never
+runs the planner; its HTTP API redirects to the leader like any worker that does not lead. Some other worker
+of the group (one without the flag) plans; with none, nothing plans.
+
 **Fencing.** A leader that is alive but cut off from the group coordinator (paused, partitioned) does not
 learn at once that it was deposed. Its commands carry its epoch, and every fold of ``commands`` voids a
 command to a server that a later epoch already commanded (:mod:`coordinator.placement.fence`); its feed
@@ -118,8 +123,9 @@ class Election:
 
     def __init__(self, bootstrap: str, topics: Topics, worker_id: str, *, client_id: str,
                  on_elected: Callable[[int], None], on_deposed: Callable[[], None],
-                 extra: dict[str, Any] | None = None, http: str | None = None) -> None:
+                 extra: dict[str, Any] | None = None, http: str | None = None, candidate: bool = True) -> None:
         self.bootstrap = bootstrap
+        self.candidate = candidate  # False: never joins the group, never leads (segcoord run --no-planner)
         self.topic = election_topic(topics)
         self.group = f"{topics.prefix}coordinator.planner"
         self.worker_id = worker_id
@@ -130,7 +136,7 @@ class Election:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="planner-election", daemon=True)
         self._extra = dict(extra or {})
-        self._consumer = Consumer({
+        self._consumer: Any = None if not candidate else Consumer({
             **credentials.client_config(bootstrap),
             "group.id": self.group,
             "client.id": client_id,
@@ -147,6 +153,10 @@ class Election:
         return self.epoch is not None
 
     def start(self) -> Election:
+        if not self.candidate:
+            say(f"planner election: this worker ({self.worker_id}) does not stand (--no-planner); another "
+                f"worker plans")
+            return self
         self._consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked,
                                  on_lost=self._revoked)
         self._thread.start()
@@ -202,6 +212,8 @@ class Election:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(10)
+        if self._consumer is None:
+            return
         try:
             self._consumer.close()
         except Exception as e:  # the broker is away: the session expires on its own

@@ -265,3 +265,88 @@ def test_two_workers_with_the_same_id_the_second_refuses_to_start(kafka_bootstra
     finally:
         if first.alive():
             assert first.stop() == 0
+
+
+def claims(bootstrap: str, topics: Topics) -> list[str]:
+    """The workers named by every claim written to the election topic, oldest first."""
+    from streaming.service.election import Claim, election_topic
+
+    name = election_topic(topics)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}", "enable.auto.commit": False})
+    try:
+        end = watermarks(c, TopicPartition(name, 0), timeout=10)[1]
+        out: list[str] = []
+        if end <= 0:
+            return out
+        c.assign([TopicPartition(name, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 30
+        while len(out) < end and time.monotonic() < deadline:
+            for m in c.consume(100, 0.5):
+                if m.error() is None:
+                    claim = Claim.decode(m.value(), m.offset())
+                    out.append("?" if claim is None else claim.worker)
+        return out
+    finally:
+        c.close()
+
+
+def test_a_no_planner_worker_folds_the_timeline_and_never_leads_and_another_worker_plans(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """``segcoord run --no-planner``: alone, it folds ``segments`` into the timeline a pure fold predicts and never
+    claims the planner's leadership (no claim on the election topic, nothing on ``commands``); once a second,
+    ordinary worker joins, that one is elected and plans (wiki loads on ``commands`` under its header), and the
+    --no-planner worker still never leads."""
+    topics = Topics(f"t{uuid.uuid4().hex[:10]}.")
+    create_topics(kafka_bootstrap, topics, partitions=2)
+    events = segment_stream(random.Random(18), 600)
+    bystander = Worker(kafka_bootstrap, topics, tmp_path, "bystander", "--no-planner")
+    planner = Worker(kafka_bootstrap, topics, tmp_path, "planner")
+    workers = [bystander, planner]
+    send(kafka_bootstrap, topics, RulesSet(data_source="wiki", rules=(
+        {"type": "loadForever", "tieredReplicants": {"hot": 1}},)), "rules/wiki")
+    try:
+        with Historicals(kafka_bootstrap, topics, SERVERS, max_size=1_000_000):
+            bystander.start()
+            wait_for("the --no-planner worker in the group", lambda: "resumes at" in bystander.log.read_text(),
+                     [bystander], 120)
+            producer = EventProducer(kafka_bootstrap, topics)
+            for e in events:
+                producer.send(e)
+            producer.flush(60)
+            send(kafka_bootstrap, topics, import_request((wiki(0),), "wiki0"), "wiki")
+            expected = pure_fold(read_all(kafka_bootstrap, topics.name(SEGMENTS)))
+            assert expected.outputs
+            wait_for("the --no-planner worker's visibility changes", lambda: len({decode(r.value).event_id for r in
+                     read_all(kafka_bootstrap, topics.name(TIMELINE))}) >= len(expected.outputs), [bystander], 180)
+            text = bystander.log.read_text()
+            assert "does not stand (--no-planner)" in text and "leads from epoch" not in text, text[-2000:]
+            assert claims(kafka_bootstrap, topics) == []
+            assert commands_log(kafka_bootstrap, topics) == []  # nobody plans: the wiki segment waits
+
+            planner.start()
+            wait_for("the ordinary worker elected", planner.leads, workers, 120)
+            wiki_id = str(wiki(0).id)
+            wait_for("the wiki segment loaded by the ordinary worker's planner", lambda: any(
+                isinstance(c.event, LoadSegment) and str(c.event.segment.id) == wiki_id
+                for c in commands_log(kafka_bootstrap, topics)), workers, 180)
+            wait_for("the wiki segment announced", lambda: wiki_id in announced(answers_log(kafka_bootstrap, topics)),
+                     workers, 120)
+            expected = pure_fold(read_all(kafka_bootstrap, topics.name(SEGMENTS)))  # the announce included
+            wait_for("every visibility change", lambda: len({decode(r.value).event_id for r in
+                     read_all(kafka_bootstrap, topics.name(TIMELINE))}) >= len(expected.outputs), workers, 180)
+            for w in workers:
+                assert w.stop() == 0, w.tail()
+    finally:
+        for w in workers:
+            if w.alive():
+                w.proc.kill()  # type: ignore[union-attr]
+                w.proc.wait(10)  # type: ignore[union-attr]
+    assert "leads from epoch" not in bystander.log.read_text()
+    assert set(claims(kafka_bootstrap, topics)) == {"planner"}
+    assert {w for seq in command_epochs(kafka_bootstrap, topics).values() for w, _ in seq} == {"planner"}
+    first: dict[str, bytes] = {}
+    for r in read_all(kafka_bootstrap, topics.name(TIMELINE)):
+        assert first.setdefault(decode(r.value).event_id, r.value) == r.value  # type: ignore[arg-type]
+    from events import encode
+
+    assert sorted(first.values()) == sorted(encode(e) for e in expected.outputs)

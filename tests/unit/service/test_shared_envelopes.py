@@ -158,3 +158,19 @@ def test_a_reader_behind_another_keeps_nothing_and_the_leaders_entries_stay() ->
     assert shared.taken("x.segments", encode(env), (1, 0)) is None
     shared.decoded("x.segments", encode(env), env, (1, 0))
     assert shared.taken("x.segments", encode(env), (1, 0)) == env
+
+
+def test_a_topic_with_one_reader_gets_its_producers_entries_and_misses_the_rest() -> None:
+    """A worker that does not lead: ``segments`` has one reader, so only the lockbox's own publishes can be shared;
+    every other record misses (the fast path of an empty table, or the lookup when another entry waits)."""
+    shared = SharedEnvelopes()
+    shared.configure({"x.segments": 1, "x.timeline": 1})
+    mine, other, waiting = load(4), load(5), load(6)
+    assert shared.taken("x.segments", encode(other), (0, 1)) is None and shared.misses == 1  # empty table
+    shared.produced("x.timeline", encode(waiting), waiting)  # an entry of another topic waits for its reader
+    assert shared.taken("x.segments", encode(other), (0, 2)) is None and shared.misses == 2
+    shared.produced("x.segments", encode(mine), mine)
+    assert shared.taken("x.segments", encode(mine), (0, 3)) is mine and shared.hits == 1
+    assert shared.taken("x.timeline", encode(waiting), (0, 0)) is waiting and len(shared) == 0
+    shared.decoded("x.segments", encode(other), other, (0, 4))  # its one reader decoded it: kept for nobody
+    assert len(shared) == 0 and shared.taken("x.segments", encode(other), (0, 4)) is None
