@@ -121,7 +121,7 @@ def fold_lockbox(values: list[bytes]) -> tuple[int, float, float]:
     return decisions, len(values) / (time.perf_counter() - started), len(values) / (time.process_time() - cpu)
 
 
-class _BytesSink:
+class BytesSink:
     """What the worker's producer does with the agent's outputs, minus the network: the bytes are made and kept."""
 
     def __init__(self) -> None:
@@ -155,7 +155,7 @@ def agent_in_process(values: list[bytes], batch: int = 2000, rounds: int = 2) ->
         best_fold = max(best_fold, fold_cpu_rate)
         with tempfile.TemporaryDirectory(prefix="bench-agent-") as tmp, \
                 AgentStateStore(Path(tmp) / "timeline", timeline_agent.FORMAT_VERSION) as store:
-            sink = _BytesSink()
+            sink = BytesSink()
             agent = timeline_agent.TimelineAgent(store, topics, sink)
             records = [InputRecord(topics.name(SEGMENTS), 0, i, None, v, 1000 + i) for i, v in enumerate(values)]
             started, cpu = time.perf_counter(), time.process_time()

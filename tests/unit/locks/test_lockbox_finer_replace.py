@@ -45,9 +45,10 @@ def test_a_day_replace_is_refused_while_a_month_append_is_pending() -> None:
     assert seen(s) == {1: 1}
 
 
-def test_a_day_replace_commits_once_the_month_append_is_committed() -> None:
-    """Committed rows are in the timeline the REPLACE reads: it may replace their day (Druid's pending record of
-    a committed segment aside)."""
+def _day_replaced_in_a_committed_month() -> tuple[Script, str]:
+    """Task k appends a month and commits it, then releases its lock; task c REPLACEs one day inside it (both
+    accepted: committed rows are in the timeline the REPLACE reads, Druid's pending record of a committed segment
+    aside); returns the script and the day's version."""
     s = Script()
     s.start("k", "index_kafka", group="g"), s.start("c", "compact", group="h")
     month = allocated(_append(s, "k", MONTH))
@@ -55,22 +56,21 @@ def test_a_day_replace_commits_once_the_month_append_is_committed() -> None:
     s.send(LockReleaseRequested(request_id="rel", task_id="k", data_source="wiki", interval=MONTH))
     day = allocated(_replace_day(s, "c"))
     accepted(s.publish("c", rows(day.segment, 2), kind="replace"))
+    return s, day.segment.version
+
+
+def test_a_day_replace_commits_once_the_month_append_is_committed() -> None:
+    _day_replaced_in_a_committed_month()
 
 
 def test_no_append_goes_into_a_month_a_committed_day_replace_partly_overshadows() -> None:
-    s = Script()
-    s.start("k", "index_kafka", group="g"), s.start("c", "compact", group="h")
-    month = allocated(_append(s, "k", MONTH))
-    accepted(s.publish("k", rows(month.segment, 1), kind="append"))
-    s.send(LockReleaseRequested(request_id="rel", task_id="k", data_source="wiki", interval=MONTH))
-    day = allocated(_replace_day(s, "c"))
-    accepted(s.publish("c", rows(day.segment, 2), kind="replace"))
+    s, day_version = _day_replaced_in_a_committed_month()
     refused = _append(s, "k", MONTH, sequence="seq-2")  # the row at 2026-01-01: the month chunk holds it
     assert isinstance(refused, LockDenied), refused
     assert "partly overshadowed by version" in refused.reason and JAN2.iso() in refused.reason
     inside = allocated(s.allocate("k", interval=MONTH, sequence="seq-3", granularity="timeChunk",
                                   lock_type="append", timestamp=JAN2.start))  # a row of the replaced day
-    assert (inside.segment.interval, inside.segment.version) == (JAN2, day.segment.version)
+    assert (inside.segment.interval, inside.segment.version) == (JAN2, day_version)
     accepted(s.publish("k", rows(inside.segment, 3), kind="append"))
     assert seen(s)[3] == 1
 

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.service import BytesSink
 from coordinator.locks.seal import VOUCHED, seal_event, use_refusal
 from coordinator.timeline.facts import FactsEncoder, facts_of, id_key
 from coordinator.timeline.timelines import Timelines
@@ -45,22 +46,6 @@ from tests.integration.test_service_timeline import segment_stream
 T0 = 1_795_219_200_000
 DAY = 86_400_000
 TOPICS = Topics("unit.")
-
-
-class _Bytes:
-    """A producer's stand-in: outputs as bytes."""
-
-    def __init__(self) -> None:
-        self.values: list[bytes] = []
-
-    def send(self, envelope: Envelope[Event]) -> None:
-        self.values.append(encode(envelope))
-
-    def send_raw(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        self.values.append(value or b"")
-
-    def flush(self, timeout: float = 30.0) -> None:
-        pass
 
 
 def _stream(seed: int, n: int) -> list[Envelope[Event]]:
@@ -244,7 +229,7 @@ def test_the_store_holds_the_fold_s_facts_after_every_batch_though_only_named_se
     records = [InputRecord(TOPICS.name(SEGMENTS), 0, i, None, encode(e), 1000 + i)
                for i, e in enumerate(segment_stream(random.Random(8), 2500))]
     with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
-        agent = TimelineAgent(store, TOPICS, _Bytes())
+        agent = TimelineAgent(store, TOPICS, BytesSink())
         for start in range(0, len(records), 100):
             agent.process(records[start:start + 100])
             stored = dict(store.scan(SEG_PREFIX))
