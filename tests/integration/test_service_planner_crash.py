@@ -196,9 +196,15 @@ def test_sigkill_at_random_points_one_id_per_copy_convergence_and_store_equals_f
     service = PlanService(kafka_bootstrap, topics, tmp_path / "state", tmp_path / "run.log", plan_every=1)
     starts = 0
     self_kills = 0
+    caught_up_before = 0  # "planner: caught up" lines in the log before the running process started
+    kills_done = threading.Event()
+
+    def caught_up_lines() -> int:
+        return service.log.read_text().count("planner: caught up") if service.log.exists() else 0
 
     def start(fault: bool = True) -> None:
-        nonlocal starts
+        nonlocal starts, caught_up_before
+        caught_up_before = caught_up_lines()
         if fault:  # each process its own seed: a restart at the same position does not die the same way
             monkeypatch.setenv(FAULT_ENV, f"kill-after-flush:{SELF_KILL_P}:{rng.randrange(2**32)}")
         else:
@@ -218,9 +224,20 @@ def test_sigkill_at_random_points_one_id_per_copy_convergence_and_store_equals_f
                 start()
             time.sleep(0.05)
 
+    def planning() -> None:
+        """Wait until the running process plans (it caught up after its election), restarting it whenever it
+        killed itself: a kill then lands after it made progress, so restarts resume at different points however
+        slowly a loaded machine starts it."""
+        deadline = time.monotonic() + 180
+        while caught_up_lines() <= caught_up_before:
+            assert time.monotonic() < deadline, f"the planner never caught up; log:\n{service.log.read_text()[-3000:]}"
+            supervise(0.1)
+
     def publish() -> None:
-        for batch, gap in zip(batches, gaps, strict=True):
+        for i, (batch, gap) in enumerate(zip(batches, gaps, strict=True)):
             time.sleep(gap)
+            if i == len(batches) - 1:  # the last batch waits for the kills: every kill lands while publishes flow
+                kills_done.wait(600)
             # through the lockbox (an import), without waiting for it: the worker is being killed meanwhile
             send(kafka_bootstrap, topics, import_request(batch, f"t{batch[0].interval.start}"), "wiki")
 
@@ -241,10 +258,12 @@ def test_sigkill_at_random_points_one_id_per_copy_convergence_and_store_equals_f
             flow.start()
             kills_while_flowing = 0
             for pause in pauses:
+                planning()
                 supervise(pause)
                 kills_while_flowing += flow.is_alive()
                 service.kill()
                 start()
+            kills_done.set()
             flow.join()
             deadline = time.monotonic() + 90
             while not converged():
@@ -265,6 +284,7 @@ def test_sigkill_at_random_points_one_id_per_copy_convergence_and_store_equals_f
             wait_for("still converged", converged, service)
             late = len({e.event_id for e in commands_log(kafka_bootstrap, topics)}) - n_ids
         finally:
+            kills_done.set()  # (a failure above must not leave the publisher waiting)
             if service.alive():
                 assert service.stop() == 0
     assert kills_while_flowing == len(pauses)
