@@ -57,6 +57,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.broker import bench_broker
+from bench.stages import topic_offsets
 from coordinator.locks.lockbox import Lockbox
 from coordinator.timeline.timelines import Timelines
 from events import Envelope, Event, Interval, SegmentDescriptor, Topics, decode, encode
@@ -529,28 +530,9 @@ def preload_store(state_dir: Path, servers: int, preload: int, now: int) -> None
 
 def published_at(bootstrap: str, topics: Topics, data_source: str) -> dict[str, float]:
     """Segment id -> log-append time (s) of its ``segments_published`` on ``segments``, for one data source."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
-                  "enable.auto.commit": False})
-    tp = TopicPartition(topics.name(SEGMENTS), 0, 0)
-    end = int(c.get_watermark_offsets(tp, timeout=10)[1])
-    c.assign([tp])
-    out: dict[str, float] = {}
-    try:
-        pos = 0
-        while pos < end:
-            m = c.poll(1.0)
-            if m is None or m.error() is not None:
-                continue
-            pos = m.offset() + 1
-            if b'"segments_published"' not in m.value() or data_source.encode() not in m.value():
-                continue
-            ev = decode(m.value()).event
-            if isinstance(ev, SegmentsPublished):
-                for seg in ev.segments:
-                    out.setdefault(str(seg.id), m.timestamp()[1] / 1000)
-    finally:
-        c.close()
-    return out
+    prefix = f"{data_source}_"
+    return {sid: at for sid, (_, at) in topic_offsets(bootstrap, topics.name(SEGMENTS)).items()
+            if sid.startswith(prefix)}
 
 
 def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, paced: int, rates: list[float],
