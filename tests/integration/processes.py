@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,15 @@ class SegcoordProcess:
     def tail(self) -> str:
         """The end of its log, headed by its name."""
         return f"--- {self.name}:\n{self.log.read_text()[-2500:]}"
+
+
+def kill_alive(processes: Iterable[SegcoordProcess]) -> None:
+    """A test's teardown: SIGKILL (and reap) each of ``processes`` still running, a paused one (SIGSTOP) too."""
+    for p in processes:
+        if p.alive():
+            assert p.proc is not None
+            p.proc.send_signal(signal.SIGCONT)
+            p.kill()
 
 
 def wait_for(what: str, check: Callable[[], Any], processes: SegcoordProcess | Sequence[SegcoordProcess],

@@ -41,7 +41,7 @@ from streaming.producer import EventProducer
 from streaming.replay import audit
 from streaming.service.election import HEADER
 from tests.accepted import import_request
-from tests.integration.processes import wait_for
+from tests.integration.processes import kill_alive, wait_for
 from tests.integration.test_http_api import free_port
 from tests.integration.test_service_planner import Historicals, send
 from tests.integration.test_service_planner_crash import announced, answers_log, commands_log, unanswered
@@ -132,11 +132,7 @@ def test_a_paused_leader_is_fenced_when_it_comes_back(kafka_bootstrap: str, tmp_
             for w in workers:
                 assert w.stop() == 0, w.tail()
     finally:
-        for w in workers:
-            if w.alive():
-                w.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
-                w.proc.kill()  # type: ignore[union-attr]
-                w.proc.wait(10)  # type: ignore[union-attr]
+        kill_alive(workers)
 
     commands, answers = commands_log(kafka_bootstrap, topics), answers_log(kafka_bootstrap, topics)
     acted = {e.causation_id for e in answers if e.causation_id is not None}
@@ -253,7 +249,4 @@ def test_the_http_api_of_a_worker_that_does_not_lead_redirects_to_the_leaders(ka
         assert http_get(url[other.worker_id] + "/druid/coordinator/v1/isLeader")[0] == 200
         assert other.stop() == 0, other.tail()
     finally:
-        for w in workers:
-            if w.alive():
-                w.proc.kill()  # type: ignore[union-attr]
-                w.proc.wait(10)  # type: ignore[union-attr]
+        kill_alive(workers)

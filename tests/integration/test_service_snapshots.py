@@ -24,7 +24,7 @@ from streaming.producer import EventProducer
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import FORMAT_VERSION, STORE_NAME, TimelineAgent
 from streaming.service.timeline_snapshots import latest_snapshots
-from tests.integration.processes import wait_for
+from tests.integration.processes import kill_alive, wait_for
 from tests.integration.test_service_timeline import pure_fold, read_all, segment_stream
 from tests.integration.test_service_workers import Worker
 
@@ -77,10 +77,7 @@ def test_a_worker_gaining_a_killed_workers_partition_starts_from_its_snapshot(
             kafka_bootstrap, topics.name(TIMELINE))}) >= len(expected.outputs), [b], 300)
         assert b.stop() == 0, b.tail()
     finally:
-        for w in (a, b):
-            if w.alive():
-                w.proc.kill()  # type: ignore[union-attr]
-                w.proc.wait(10)  # type: ignore[union-attr]
+        kill_alive((a, b))
 
     # b started a's partition from the snapshot, and read only the tail after it
     how = [h for p, h in gained(b, segments)[1:] if p == a_part]

@@ -43,7 +43,7 @@ from streaming.service.election import HEADER
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import FORMAT_VERSION, STORE_NAME
 from tests.accepted import import_request
-from tests.integration.processes import SEGCOORD, SegcoordProcess, wait_for
+from tests.integration.processes import SEGCOORD, SegcoordProcess, kill_alive, wait_for
 from tests.integration.test_service_lockbox import dedup, request_stream
 from tests.integration.test_service_lockbox import pure_fold as lockbox_fold
 from tests.integration.test_service_planner import Historicals, send
@@ -181,10 +181,7 @@ def test_three_workers_sigkilled_at_random_points_lose_and_double_nothing(kafka_
             for w in workers:
                 assert w.stop() == 0, w.tail()
     finally:
-        for w in workers:
-            if w.alive():
-                w.proc.kill()  # type: ignore[union-attr]
-                w.proc.wait(10)  # type: ignore[union-attr]
+        kill_alive(workers)
     print(f"{len(timeline_events)} timeline events, {len(requests)} lock requests; SIGKILLed: {', '.join(killed)}")
     assert len(killed) == 2 and "(planner)" in killed[1] and "(planner)" not in killed[0], killed
 
@@ -337,10 +334,7 @@ def test_a_no_planner_worker_folds_the_timeline_and_never_leads_and_another_work
             for w in workers:
                 assert w.stop() == 0, w.tail()
     finally:
-        for w in workers:
-            if w.alive():
-                w.proc.kill()  # type: ignore[union-attr]
-                w.proc.wait(10)  # type: ignore[union-attr]
+        kill_alive(workers)
     assert "leads from epoch" not in bystander.log.read_text()
     assert set(claims(kafka_bootstrap, topics)) == {"planner"}
     assert {w for seq in command_epochs(kafka_bootstrap, topics).values() for w, _ in seq} == {"planner"}
