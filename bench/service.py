@@ -217,10 +217,16 @@ class Worker:
                 stderr=subprocess.STDOUT)
         self.started = time.perf_counter()
 
+    def pids(self) -> list[int]:
+        return [self.proc.pid]
+
+    def exited(self) -> bool:
+        return self.proc.poll() is not None
+
     def wait(self, what: str, done: Callable[[], bool], deadline: float) -> None:
         """Poll ``done`` until it holds; exit the benchmark if the worker died or ``deadline`` (monotonic) passed."""
         while not done():
-            if self.proc.poll() is not None:
+            if self.exited():
                 raise SystemExit(f"segcoord run exited; see {self.log}")
             if time.monotonic() > deadline:
                 raise SystemExit(f"{what}: not reached in time; see {self.log}")
@@ -236,6 +242,40 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+class SplitWorker(Worker):
+    """The worker split in two processes (docs/workers.md, "A planner in its own process"): ``segcoord run
+    --planner-only`` on ``state`` (the planner's store, preloaded there) and a ``--no-planner`` worker for the
+    agents on a folder of its own. It is measured as one: its CPU and memory are both processes' sums."""
+
+    def __init__(self, bootstrap: str, topics: Topics, state: Path, log: Path, planner: str = "incremental",
+                 balancer: str = "planner") -> None:
+        self.agents = Worker(bootstrap, topics, state.with_name(state.name + "-agents"),
+                             log.with_name(log.stem + "-agents.log"), planner, balancer, profile_all=False,
+                             extra=("--no-planner",))
+        super().__init__(bootstrap, topics, state, log, planner, balancer, profile_all=False,
+                         extra=("--planner-only",))
+
+    def pids(self) -> list[int]:
+        return [self.proc.pid, self.agents.proc.pid]
+
+    def exited(self) -> bool:
+        return super().exited() or self.agents.exited()
+
+    def stop(self) -> None:
+        self.agents.stop()
+        super().stop()
+
+
+def cpu_of(worker: Worker) -> float:
+    return sum(cpu_seconds(pid) for pid in worker.pids())
+
+
+def memory_of(worker: Worker) -> tuple[float, float]:
+    """The resident sets (now, peak) summed over the worker's processes, MB."""
+    now, peak = zip(*(memory_mb(pid) for pid in worker.pids()), strict=True)
+    return sum(now), sum(peak)
 
 
 def attach_profile(worker: Worker, label: str, seconds: float) -> subprocess.Popen[bytes] | None:
@@ -468,7 +508,7 @@ def await_lock_version(bootstrap: str, topics: Topics, request_id: str, timeout:
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            if worker is not None and worker.proc.poll() is not None:
+            if worker is not None and worker.exited():
                 raise SystemExit(f"segcoord run exited before granting {request_id}; see {worker.log}")
             m = c.poll(0.1)
             if m is not None and m.error() is None:
@@ -536,7 +576,8 @@ def published_at(bootstrap: str, topics: Topics, data_source: str) -> dict[str, 
 
 
 def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, paced: int, rates: list[float],
-                      planner: str = "incremental", direct: bool = False, balancer: str = "planner") -> float | None:
+                      planner: str = "incremental", direct: bool = False, balancer: str = "planner",
+                      split: bool = False) -> float | None:
     """Publish request -> LoadSegment latency, on a cluster of ``servers`` holding ``preload`` segments.
 
     A task locks ten years of one dataSource; ``preload`` hourly segments are published (in requests of 500) and
@@ -546,17 +587,20 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
     ``paced`` PublishRequested of one new segment each at each of ``rates`` per second in turn (one window per rate
     on the same worker, settled in between; the load average printed beside each), the first returned. Latency =
     the LoadSegment of the segment read on ``commands`` minus the time its publish request was produced (it goes
-    request -> lockbox agent -> SegmentsPublished -> planner agent -> LoadSegment)."""
+    request -> lockbox agent -> SegmentsPublished -> planner agent -> LoadSegment). With ``split`` the worker is
+    two processes (:class:`SplitWorker`)."""
     topics = Topics(f"bench{uuid.uuid4().hex[:8]}.")
     create_topics(bootstrap, topics, partitions=1)
-    state_dir = work / f"state-placement-{planner}"
+    label = f"{planner}{'-split' if split else ''}"
+    state_dir = work / f"state-placement-{label}"
     if direct:
         t0 = time.perf_counter()
         preload_store(state_dir, servers, preload, int(time.time() * 1000))
         print(f"placement: the planner's store preloaded with {preload} segments x 2 on {servers} servers "
               f"in {time.perf_counter() - t0:.1f}s")
-    worker = Worker(bootstrap, topics, state_dir, work / f"placement-{planner}.log", planner, balancer,
-                    profile_all=False)
+    worker = (SplitWorker(bootstrap, topics, state_dir, work / f"placement-{label}.log", planner, balancer) if split
+              else Worker(bootstrap, topics, state_dir, work / f"placement-{label}.log", planner, balancer,
+                          profile_all=False))
     spy = None
     hist = Historicals(bootstrap, topics, [f"h{i:03d}" for i in range(servers)])
     producer = EventProducer(bootstrap, topics, extra={"linger.ms": 0})
@@ -582,7 +626,7 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
         version = await_lock_version(bootstrap, topics, "lock-1", timeout=300 + preload / 200, worker=worker)
         print(f"placement: the worker restored its stores and granted the lock {time.perf_counter() - waited:.1f}s "
               f"after it was requested ({time.perf_counter() - worker.started:.1f}s after it started, "
-              f"{cpu_seconds(worker.proc.pid):.1f} CPU seconds; RSS {memory_mb(worker.proc.pid)[0]:,.0f} MB)")
+              f"{cpu_of(worker):.1f} CPU seconds; RSS {memory_of(worker)[0]:,.0f} MB)")
 
         def seg(hour: int) -> SegmentDescriptor:
             return SegmentDescriptor(ds, Interval(T0 + hour * HOUR, T0 + (hour + 1) * HOUR), version, 0, 1_000_000)
@@ -637,8 +681,8 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             print(f"  settled {time.perf_counter() - started:.1f}s after the preload began")
             w = _Window(rate, os.getloadavg()[0])
             if n == 0:
-                spy = attach_profile(worker, planner, paced / rate + 1)
-            cpu_began = cpu_seconds(worker.proc.pid)
+                spy = attach_profile(worker, label, paced / rate + 1)
+            cpu_began = cpu_of(worker)
             began = time.perf_counter()
             for i in range(paced):
                 s = seg(first + i)
@@ -655,9 +699,9 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             while any(k not in hist.loads_read for k in w.sent_at) and time.monotonic() < until:
                 time.sleep(0.1)
             w.seconds = time.perf_counter() - began
-            w.busy = (cpu_seconds(worker.proc.pid) - cpu_began) / w.seconds
+            w.busy = (cpu_of(worker) - cpu_began) / w.seconds
             w.load_after = os.getloadavg()[0]
-            w.rss_mb, w.peak_mb = memory_mb(worker.proc.pid)
+            w.rss_mb, w.peak_mb = memory_of(worker)
             windows.append(w)
         if spy is not None:
             spy.wait(120)
@@ -668,11 +712,11 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
 
             for w in windows:
                 report(bootstrap, topics, Path(trace), w.sent_at, hist.loads_created, hist.loads_read,
-                       f"{planner}, {w.rate:.0f}/s")
+                       f"{label}, {w.rate:.0f}/s")
     finally:
         hist.stop()
         worker.stop()
-    p99s = [_report(w, hist, published, planner, servers, preload, paced) for w in windows]
+    p99s = [_report(w, hist, published, label, servers, preload, paced) for w in windows]
     if not p99s or p99s[0] is None:
         print(f"placement latency: no LoadSegment observed ({hist.loads} loads in all); see {worker.log}")
     return p99s[0] if p99s else None
@@ -744,6 +788,9 @@ def main() -> None:
     parser.add_argument("--balancer", choices=("planner", "external"), default="planner",
                         help="placement: who balances (external: the planner agent never balances, as with the Spark "
                              "balancer; at 1M segments a timer balancing run takes minutes and delays publishes)")
+    parser.add_argument("--deployment", choices=("one", "split", "both"), default="one",
+                        help="placement: one worker process (segcoord run), the worker split in two (a "
+                             "--planner-only process beside a --no-planner worker), or both in turn (their ratio)")
     parser.add_argument("--preload-via", choices=("lockbox", "direct"), default=None,
                         help="how the placement preload is reached: through the lockbox and real loads, or "
                              "written into the planner's store before it starts (default: direct above 10k)")
@@ -774,17 +821,24 @@ def main() -> None:
                     np_worker.stop()
                 if args.only in (None, "placement"):
                     direct = (args.preload_via or ("direct" if args.preload > 10_000 else "lockbox")) == "direct"
-                    base = p99 = None
                     rates = [args.rate, *args.also_rates]
-                    if args.planner in ("both", "full"):
-                        base = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, rates,
-                                                 "full", direct, args.balancer)
-                    if args.planner in ("both", "incremental"):
-                        p99 = placement_latency(bootstrap, work, args.servers, args.preload, args.paced, rates,
-                                                "incremental", direct, args.balancer)
-                    if base and p99:
-                        print(f"placement p99: incremental / full-plan baseline = {p99 / base:.4f} "
-                              f"({p99:.1f} ms vs {base:.1f} ms)")
+                    splits = {"one": [False], "split": [True], "both": [False, True]}[args.deployment]
+                    p99s: dict[tuple[str, bool], float | None] = {}
+                    for split in splits:
+                        for mode in ("full", "incremental"):
+                            if args.planner in ("both", mode):
+                                p99s[(mode, split)] = placement_latency(bootstrap, work, args.servers, args.preload,
+                                                                        args.paced, rates, mode, direct,
+                                                                        args.balancer, split)
+                    for split in splits:
+                        base, p99 = p99s.get(("full", split)), p99s.get(("incremental", split))
+                        if base and p99:
+                            print(f"placement p99{' (split)' if split else ''}: incremental / full-plan baseline = "
+                                  f"{p99 / base:.4f} ({p99:.1f} ms vs {base:.1f} ms)")
+                    one, two = p99s.get(("incremental", False)), p99s.get(("incremental", True))
+                    if one and two:
+                        print(f"placement p99, incremental: split in two processes / one worker = {two / one:.4f} "
+                              f"({two:.1f} ms vs {one:.1f} ms)")
                 if args.only in (None, "lockbox"):
                     lb_worker, _ = throughput(bootstrap, work, LOCK_REQUESTS, LOCKS, request_events(args.requests),
                                               fold_lockbox, "lockbox")

@@ -61,6 +61,9 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(f"--plan-every: must be a positive number of seconds, got {args.plan_every}")
     if args.coordinator_period <= 0:
         raise CliError(f"--coordinator-period: must be a positive number of seconds, got {args.coordinator_period}")
+    if args.no_planner and args.planner_only:
+        raise CliError("--no-planner with --planner-only: a worker that neither plans nor runs the agents does "
+                       "nothing; pick one (or neither: a worker runs both)")
     if args.no_planner and args.balancer == "spark":
         raise CliError("--no-planner with --balancer spark: the Spark balancer is started beside the planner; start "
                        "it with a worker that stands for the planner election (or run it apart: --balancer external "
@@ -78,8 +81,8 @@ def _run(args: argparse.Namespace) -> int:
     # topics it has to create get the cluster's default replication (topics create --replication sets it)
     until_reachable("creating the topics", lambda: create_topics(address, tps, replication=None))
     state_dir = Path(args.state_dir) if args.state_dir else config.home_dir() / "service" / tps.prefix.rstrip(".")
-    agents = "timeline, lockbox and upsert agents (--no-planner)" if args.no_planner else \
-        "timeline, lockbox and planner agents"
+    agents = ("timeline, lockbox and upsert agents (--no-planner)" if args.no_planner else
+              "the planner only (--planner-only)" if args.planner_only else "timeline, lockbox and planner agents")
     print(f"segcoord run: {agents} on {address}, topics {tps.prefix}*, state {state_dir}", flush=True)
     supervisor = None
     if args.balancer == "spark":
@@ -100,7 +103,7 @@ def _run(args: argparse.Namespace) -> int:
                            settled_window=settled,
                            balancer=supervisor, period_ms=max(1, round(args.coordinator_period * 1000)),
                            worker_id=args.worker_id, http_advertise=args.http_advertise,
-                           plans=not args.no_planner)
+                           plans=not args.no_planner, agents=not args.planner_only)
     except DuplicateWorkerError as e:
         raise CliError(f"--worker-id: {e}") from None
     except ValueError as e:
@@ -134,6 +137,11 @@ def register(sub: Any) -> None:
                           "upsert agents on its partitions and never plans; another worker of the group (one "
                           "without this flag) runs the planner. Its HTTP API redirects to that worker's "
                           "(docs/workers.md, \"Workers that do not plan\")")
+    run.add_argument("--planner-only", action="store_true",
+                     help="this process only stands for the planner election and plans while elected: no "
+                          "timeline, lockbox or upsert agent, no partition of the group. Beside workers started "
+                          "with --no-planner it gives the planner a core of its own (docs/workers.md, \"A planner "
+                          "in its own process\")")
     run.add_argument("--log-level", default="info", choices=("crit", "error", "warn", "info", "debug"),
                      help="the service's own lines (one per planning decision batch) at info, the default; the "
                           "libraries' at warn or above")

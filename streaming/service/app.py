@@ -284,6 +284,17 @@ def _lag(app: Any, positions: dict[tuple[str, int], int]) -> int | None:
     return total
 
 
+def _say_planner_restored(planner: PlannerAgent, wiped: bool, plan_every_s: float, balancing: bool,
+                          incremental: bool) -> None:
+    print(f"planner agent: {len(planner.state.servers)} servers, {len(planner.state.used)} used segments, "
+          f"{len(planner.state.queue)} commands in flight restored; resuming from "
+          f"{_resume_text(planner.next_offsets())}"
+          f"{' (store wiped: older format)' if wiped else ''}, planning every {plan_every_s:g}s"
+          f"{'' if balancing else ', balancing left to the Spark balancer'}"
+          f"{'' if incremental else ', full runs only'}",
+          flush=True)
+
+
 def _resume_text(offsets: dict[tuple[str, int], int]) -> str:
     return ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(offsets.items())) or "the beginning"
 
@@ -352,29 +363,26 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                 applied_window: AppliedWindow | None = None, balancer: Any = None,
                 period_ms: int = DEFAULT_PERIOD_MS, worker_id: str | None = None,
                 http_advertise: str | None = None, settled_window: SettledWindow | None = DEFAULT_WINDOW,
-                plans: bool = True) -> int:
+                plans: bool = True, agents: bool = True) -> int:
     """Run the worker until SIGTERM/SIGINT; the state stores are closed on the way out. With ``http``
     (host, port) it also serves Druid's coordinator API and ``/metrics`` there (:mod:`streaming.http`). With
     ``balancer`` (a :class:`~streaming.balancer.supervisor.BalancerSupervisor`) its health is reported and, when
     it gives up, the planner agent balances again. Several workers (same topics, own state folders) split the
     partitions; the planner runs on the one elected (:mod:`streaming.service.election`). With ``plans`` False
     (``segcoord run --no-planner``) this worker never stands for that election: it runs the timeline, lockbox
-    and upsert agents only, and some other worker plans. Raises
+    and upsert agents only, and some other worker plans. With ``agents`` False (``segcoord run --planner-only``)
+    it is the other half: a process that only stands for the election and plans while it leads, with no Faust
+    app and no share of the agents' partitions (:mod:`streaming.service.planner_process`), so the planner has a
+    core and a GIL of its own beside the workers that run the agents. Raises
     :class:`~streaming.service.worker_identity.DuplicateWorkerError` when a live worker has this one's identity
     (``worker_id``, else derived from ``state_dir``)."""
     import faust
 
     from streaming.http_leader import advertised_url
     from streaming.logs import LIBRDKAFKA_LOGGER
-    from streaming.service.election import (
-        Election,
-        ElectionLeadership,
-        LeaderDirectory,
-        election_topic,
-        ensure_election_topic,
-    )
+    from streaming.service.election import election_topic, ensure_election_topic
     from streaming.service.observe import Observer
-    from streaming.service.planner_feed import PlannerFeed
+    from streaming.service.planner_process import lead
     from streaming.service.worker_identity import identity, refuse_duplicate
 
     def stop_before_start(signum: int, _frame: Any) -> None:
@@ -396,23 +404,38 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
     with contextlib.ExitStack() as stack:
         if sock is not None:
             stack.callback(sock.close)
+        pl_store = stack.enter_context(AgentStateStore(state_dir / planner_mod.STORE_NAME,
+                                                       planner_mod.FORMAT_VERSION, applied_window))
+        SHUTDOWN.hold(pl_store)
+        # librdkafka's log lines through Python logging, so broker outages are summarized (streaming.logs)
+        kafka_log = {"logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
+        pl_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="planner")
+        pl_producer.on_sent = SHARED_ENVELOPES.produced
+        planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental,
+                               server_timeout_ms=server_timeout_ms, period_ms=period_ms,
+                               settled_window=settled_window)
+        if not agents:
+            from streaming.service.planner_process import run_planner_only
+
+            stack.callback(sys.stdout.flush)
+            stack.callback(pl_producer.flush)
+            _say_planner_restored(planner, pl_store.wiped, plan_every_s, balancing, incremental)
+            return run_planner_only(bootstrap, topics, planner, pl_producer, stack, me=me, sock=sock,
+                                    loglevel=loglevel, plan_every_s=plan_every_s, balancer=balancer,
+                                    balancer_alive=balancer_alive, http_advertise=http_advertise,
+                                    shutdown=SHUTDOWN, on_signal=_exit_after_grace, kafka_log=kafka_log)
         tl_store = stack.enter_context(AgentStateStore(state_dir / timeline_mod.STORE_NAME,
                                                        timeline_mod.FORMAT_VERSION, applied_window))
         lb_store = stack.enter_context(AgentStateStore(state_dir / lockbox_mod.STORE_NAME,
                                                        lockbox_mod.FORMAT_VERSION, applied_window))
-        pl_store = stack.enter_context(AgentStateStore(state_dir / planner_mod.STORE_NAME,
-                                                       planner_mod.FORMAT_VERSION, applied_window))
         up_store = stack.enter_context(AgentStateStore(state_dir / upsert_mod.STORE_NAME,
                                                        upsert_mod.FORMAT_VERSION, applied_window))
-        for store in (tl_store, lb_store, pl_store, up_store):
+        for store in (tl_store, lb_store, up_store):
             SHUTDOWN.hold(store)
-        # librdkafka's log lines through Python logging, so broker outages are summarized (streaming.logs)
-        kafka_log = {"logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
         tl_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="timeline")
         # no linger: the lockbox's flush comes after the other agents' work (delivery.py), so its publishes would
         # otherwise wait out the linger before the planner can read them
         lb_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra={**kafka_log, "linger.ms": 0}, name="lockbox")
-        pl_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="planner")
         up_producer = PatientProducer(bootstrap, topics, SHUTDOWN, extra=kafka_log, name="upsert")
         # a record read by more than one consumer of this process, or produced here and read back, is decoded
         # once (streaming/service/shared_envelopes.py): segments (worker: timeline + upserts; planner feed),
@@ -425,7 +448,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
                                         topics.name(COMMANDS): planner_reads, topics.name(TIMELINE): 1})
 
         share_envelopes(False)
-        for producer in (tl_producer, lb_producer, pl_producer, up_producer):
+        for producer in (tl_producer, lb_producer, up_producer):
             producer.on_sent = SHARED_ENVELOPES.produced
         stack.callback(up_producer.flush)
         stack.callback(sys.stdout.flush)
@@ -446,16 +469,7 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         print(f"lockbox agent: {lockbox.counters_restored} requests restored, resuming from "
               f"{_resume_text(lockbox.next_offsets())}"
               f"{' (store wiped: older format)' if lb_store.wiped else ''}", flush=True)
-        planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental,
-                               server_timeout_ms=server_timeout_ms, period_ms=period_ms,
-                               settled_window=settled_window)
-        print(f"planner agent: {len(planner.state.servers)} servers, {len(planner.state.used)} used segments, "
-              f"{len(planner.state.queue)} commands in flight restored; resuming from "
-              f"{_resume_text(planner.next_offsets())}"
-              f"{' (store wiped: older format)' if pl_store.wiped else ''}, planning every {plan_every_s:g}s"
-              f"{'' if balancing else ', balancing left to the Spark balancer'}"
-              f"{'' if incremental else ', full runs only'}",
-              flush=True)
+        _say_planner_restored(planner, pl_store.wiped, plan_every_s, balancing, incremental)
         upserts = UpsertAgent(up_store, topics, up_producer)
         upserts.timer_salt = f":{me.worker_id}"  # its timer runs on every worker: run counters are per store
         print(f"upsert agent: {len(upserts.state.tables)} tables, {len(upserts.state.held)} segments restored; "
@@ -474,24 +488,10 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         print(f"worker {me.worker_id}: group instance {me.instance_id(app.conf.id)}; the planner runs on the "
               f"worker elected through {election_topic(topics)}"
               f"{'' if plans else ', never this one (--no-planner)'}", flush=True)
-        directory = LeaderDirectory(bootstrap, topics, extra=kafka_log)
-        feed = PlannerFeed(bootstrap, planner, pl_producer, planner_pool, SHUTDOWN, worker_id=me.worker_id,
-                           plan_every_s=plan_every_s, extra=kafka_log, election_topic=election_topic(topics),
-                           latest_claim=lambda: directory.current(max_age_s=0),
-                           on_batch=lambda n, s, lag: observer.batch("planner", n, s, lag))
         http_url = None if sock is None else advertised_url(*sock.getsockname()[:2], http_advertise)
-
-        def elected(epoch: int) -> None:
-            share_envelopes(True)
-            feed.elected(epoch)
-
-        def deposed() -> None:
-            feed.deposed()
-            share_envelopes(False)
-
-        election = Election(bootstrap, topics, me.worker_id, client_id=me.client_id, on_elected=elected,
-                            on_deposed=deposed, extra=kafka_log, http=http_url, candidate=plans)
-        observer.leadership = ElectionLeadership(election, directory, ready=lambda: feed.caught_up)
+        election = lead(bootstrap, topics, planner, pl_producer, planner_pool, observer, SHUTDOWN, me=me,
+                        plan_every_s=plan_every_s, kafka_log=kafka_log, http_url=http_url, candidate=plans,
+                        on_leading=share_envelopes)
         election.start()
         stack.callback(election.close)
         faust_patches.patient_bootstrap(SHUTDOWN)  # the broker can go away between the topics' creation and here

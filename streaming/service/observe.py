@@ -67,14 +67,26 @@ class Observer:
         setup(self.loglevel, self.errors)
 
     def attach(self, app: Any, planner_pool: ThreadPoolExecutor) -> None:
-        self._pool = planner_pool
+        """Start (:meth:`start`) when the Faust ``app`` starts."""
 
         async def started() -> None:
-            setup(self.loglevel, self.errors)
-            if self.sock is not None:
-                await self._serve(planner_pool)
+            await self.start(planner_pool)
 
         app.task(started)
+
+    async def start(self, planner_pool: ThreadPoolExecutor) -> None:
+        """On the event loop that serves the HTTP API: the logging filter, and the API when there is a socket.
+        ``planner_pool`` is the planner's one thread, where the API reads its state."""
+        self._pool = planner_pool
+        setup(self.loglevel, self.errors)
+        if self.sock is not None:
+            await self._serve(planner_pool)
+
+    async def stop(self) -> None:
+        """Stop serving the HTTP API (a process without Faust, whose loop would not do it)."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
 
     async def _serve(self, planner_pool: ThreadPoolExecutor) -> None:
         from aiohttp import web

@@ -57,3 +57,17 @@ def test_run_refuses_no_planner_with_the_spark_balancer_before_any_broker(capsys
     # the Spark balancer is started beside the planner: beside a worker that never plans it would balance alone
     assert main(["run", "--no-planner", "--balancer", "spark", "--bootstrap", "127.0.0.1:1"]) == 2
     assert "--no-planner with --balancer spark" in capsys.readouterr().err
+
+
+def test_run_help_offers_planner_only(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--help"])
+    assert info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--planner-only" in out and "only stands for the planner election" in out
+
+
+def test_run_refuses_no_planner_with_planner_only_before_any_broker(capsys: pytest.CaptureFixture[str]) -> None:
+    # a process that neither plans nor runs the agents would do nothing
+    assert main(["run", "--no-planner", "--planner-only", "--bootstrap", "127.0.0.1:1"]) == 2
+    assert "--no-planner with --planner-only" in capsys.readouterr().err
