@@ -683,6 +683,7 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             if n == 0:
                 spy = attach_profile(worker, label, paced / rate + 1)
             cpu_began = cpu_of(worker)
+            parts_began = [cpu_seconds(pid) for pid in worker.pids()]
             began = time.perf_counter()
             for i in range(paced):
                 s = seg(first + i)
@@ -700,6 +701,8 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
                 time.sleep(0.1)
             w.seconds = time.perf_counter() - began
             w.busy = (cpu_of(worker) - cpu_began) / w.seconds
+            w.busy_parts = [(cpu_seconds(pid) - b) / w.seconds for pid, b in zip(worker.pids(), parts_began,
+                                                                                   strict=True)]
             w.load_after = os.getloadavg()[0]
             w.rss_mb, w.peak_mb = memory_of(worker)
             windows.append(w)
@@ -722,6 +725,14 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
     return p99s[0] if p99s else None
 
 
+def _parts(busy: list[float], seconds: float, paced: int) -> str:
+    """The split worker's share per process (planner, agents); nothing for one process."""
+    if len(busy) != 2:
+        return ""
+    return (f" (the planner process {busy[0]:.2f} CPU s/s, {busy[0] * seconds / paced * 1000:.2f} ms per publish; "
+            f"the agents' worker {busy[1]:.2f} CPU s/s, {busy[1] * seconds / paced * 1000:.2f} ms per publish)")
+
+
 @dataclass
 class _Window:
     """One paced window of publish requests: its rate, when each was sent, the worker's CPU, the load average."""
@@ -731,6 +742,7 @@ class _Window:
     sent_at: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     busy: float = 0.0
+    busy_parts: list[float] = field(default_factory=list)  # per process of the worker (split: planner, agents)
     load_after: float = 0.0
     rss_mb: float = 0.0  # the worker's resident set at the window's end, and its peak so far
     peak_mb: float = 0.0
@@ -748,7 +760,8 @@ def _report(w: _Window, hist: Historicals, published: dict[str, float], planner:
     # CPU per publish: what the worker needs, steadier than latency on a shared machine. The agents' Python code
     # shares one GIL: at 1000/s, 1 ms per publish (much of it under the GIL) is a whole core, and queues build
     print(f"  the worker used {w.busy:.2f} CPU seconds per second from the first publish to the last load read "
-          f"({w.seconds:.1f}s): {w.busy * w.seconds / paced * 1000:.2f} CPU ms per publish; load average "
+          f"({w.seconds:.1f}s): {w.busy * w.seconds / paced * 1000:.2f} CPU ms per publish"
+          f"{_parts(w.busy_parts, w.seconds, paced)}; load average "
           f"{w.load_before:.1f} before, {w.load_after:.1f} after; the worker's RSS {w.rss_mb:,.0f} MB "
           f"(peak {w.peak_mb:,.0f} MB)")
     print(f"[{planner} planner] placement latency, publish request -> LoadSegment read "
