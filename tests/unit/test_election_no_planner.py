@@ -45,26 +45,20 @@ def test_a_worker_that_does_not_stand_never_leads_and_names_the_leader(capsys: p
     assert elected == [] and not election.leading
 
 
-def test_run_help_offers_no_planner(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("flag", "says"), [("--no-planner", "never stands for the planner election"),
+                                            ("--planner-only", "only stands for the planner election")])
+def test_run_help_offers_the_split_flags(flag: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["run", "--help"])
     assert info.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "--no-planner" in out and "never stands for the planner election" in out
+    assert flag in out and says in out
 
 
 def test_run_refuses_no_planner_with_the_spark_balancer_before_any_broker(capsys: pytest.CaptureFixture[str]) -> None:
     # the Spark balancer is started beside the planner: beside a worker that never plans it would balance alone
     assert main(["run", "--no-planner", "--balancer", "spark", "--bootstrap", "127.0.0.1:1"]) == 2
     assert "--no-planner with --balancer spark" in capsys.readouterr().err
-
-
-def test_run_help_offers_planner_only(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["run", "--help"])
-    assert info.value.code == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert "--planner-only" in out and "only stands for the planner election" in out
 
 
 def test_run_refuses_no_planner_with_planner_only_before_any_broker(capsys: pytest.CaptureFixture[str]) -> None:
