@@ -268,6 +268,31 @@ class SplitWorker(Worker):
         super().stop()
 
 
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, every core (Linux ``/proc/stat``; zeros elsewhere)."""
+    try:
+        fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except OSError:
+        return 0.0, 0.0
+    idle = fields[3] + fields[4]  # idle, iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
+def broker_pid(work: Path) -> int | None:
+    """The pid of the bench's own local broker (a java process whose command line names ``work``), if any."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"java" in cmdline and str(work).encode() in cmdline:
+            return int(proc.name)
+    return None
+
+
 def cpu_of(worker: Worker) -> float:
     return sum(cpu_seconds(pid) for pid in worker.pids())
 
@@ -602,6 +627,7 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
               else Worker(bootstrap, topics, state_dir, work / f"placement-{label}.log", planner, balancer,
                           profile_all=False))
     spy = None
+    broker = broker_pid(work)  # None: a broker of $SEGCOORD_BOOTSTRAP, not measured
     hist = Historicals(bootstrap, topics, [f"h{i:03d}" for i in range(servers)])
     producer = EventProducer(bootstrap, topics, extra={"linger.ms": 0})
     try:
@@ -683,6 +709,7 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             if n == 0:
                 spy = attach_profile(worker, label, paced / rate + 1)
             cpu_began = cpu_of(worker)
+            others_began = (time.process_time(), cpu_seconds(broker) if broker else 0.0, *machine_busy())
             parts_began = [cpu_seconds(pid) for pid in worker.pids()]
             began = time.perf_counter()
             for i in range(paced):
@@ -701,6 +728,10 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
                 time.sleep(0.1)
             w.seconds = time.perf_counter() - began
             w.busy = (cpu_of(worker) - cpu_began) / w.seconds
+            busy, total = machine_busy()
+            w.client_busy = (time.process_time() - others_began[0]) / w.seconds
+            w.broker_busy = ((cpu_seconds(broker) if broker else 0.0) - others_began[1]) / w.seconds
+            w.machine_busy = (busy - others_began[2]) / max(1e-9, total - others_began[3])
             w.busy_parts = [(cpu_seconds(pid) - b) / w.seconds for pid, b in zip(worker.pids(), parts_began,
                                                                                    strict=True)]
             w.load_after = os.getloadavg()[0]
@@ -743,6 +774,9 @@ class _Window:
     seconds: float = 0.0
     busy: float = 0.0
     busy_parts: list[float] = field(default_factory=list)  # per process of the worker (split: planner, agents)
+    client_busy: float = 0.0  # this process (the bench's client and its historicals), CPU s/s
+    broker_busy: float = 0.0  # the bench's local broker, CPU s/s
+    machine_busy: float = 0.0  # the share of every core's time busy (any process)
     load_after: float = 0.0
     rss_mb: float = 0.0  # the worker's resident set at the window's end, and its peak so far
     peak_mb: float = 0.0
@@ -764,6 +798,8 @@ def _report(w: _Window, hist: Historicals, published: dict[str, float], planner:
           f"{_parts(w.busy_parts, w.seconds, paced)}; load average "
           f"{w.load_before:.1f} before, {w.load_after:.1f} after; the worker's RSS {w.rss_mb:,.0f} MB "
           f"(peak {w.peak_mb:,.0f} MB)")
+    print(f"  beside it: the bench's client and historicals {w.client_busy:.2f} CPU s/s, the broker "
+          f"{w.broker_busy:.2f} CPU s/s; the machine's {os.cpu_count()} cores were {w.machine_busy:.0%} busy")
     print(f"[{planner} planner] placement latency, publish request -> LoadSegment read "
           f"({len(lat)}/{len(sent_at)} at {rate:.0f}/s, "
           f"{servers} servers, {preload} segments): p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms; "
