@@ -183,7 +183,8 @@ class _Run:
 
     def __init__(self, state: PlacementState, *, now: int, run: int, start: int, compute_cost: bool,
                  balancing: bool = True, only_tier: str | None = None, scope: set[SegmentId] | None = None,
-                 mark_overshadowed: bool = True, per_server_caches: bool = False) -> None:
+                 mark_overshadowed: bool = True, per_server_caches: bool = False,
+                 drained: Counter[str] | None = None) -> None:
         self.p = state
         # the reference cost source (benchmarks' baseline, tests): one ServerCostCache tree walk per server instead
         # of one query of the tier's ClusterCostIndex; the same costs to ~1e-15, so the same decisions
@@ -205,7 +206,8 @@ class _Run:
         self.metrics: Counter[str] = Counter()
         self._assigned: dict[str, str] = {}  # tier -> its segment/assigned/count key (made once, not per load)
         self.moves_made: Counter[str] = Counter()  # balancing moves per tier
-        self.drained: Counter[str] = Counter()  # moves off decommissioning servers per tier
+        # moves off decommissioning servers per tier (a sweep's slices share one counter: one budget per sweep)
+        self.drained: Counter[str] = Counter() if drained is None else drained
         self._budgets: dict[str, tuple[int, int]] | None = None  # tier -> (maxSegmentsToMove, drains reserved)
         self.cursor: dict[str, int] = {}  # round robin: tier -> next position for a first copy (see rotation)
         self._rr_order: dict[str, dict[str, int]] = {}  # round robin: tier -> server -> position in the tier
@@ -1159,7 +1161,7 @@ def plan(view: ClusterView, compute_cost: bool = True, *, balance: bool = True,
 
 def plan_state(state: PlacementState, now: int, run: int, start: int, compute_cost: bool = False, *,
                balance: bool = True, scope: set[SegmentId] | None = None, mark_overshadowed: bool = True,
-               per_server_caches: bool = False) -> Plan:
+               per_server_caches: bool = False, drained: Counter[str] | None = None) -> Plan:
     """One run over a live placement state, which it updates with every decision (the commands are folded in
     with their ids, sent at ``now``; marks leave the used set).
 
@@ -1168,10 +1170,12 @@ def plan_state(state: PlacementState, now: int, run: int, start: int, compute_co
     look at those segments alone, under the same throttles and queue shares as a full run: a publish costs its
     own loading decisions, not the cluster's. Balancing (7, 10, 11) and marking overshadowed segments unused
     look at the whole cluster whenever asked for (``balance``, ``mark_overshadowed``). ``per_server_caches``: the
-    reference cost source (see :meth:`_Run.server_costs`), the same decisions more slowly.
+    reference cost source (see :meth:`_Run.server_costs`), the same decisions more slowly. ``drained``: the
+    drains (stages 5, 9) already made per tier by earlier runs that share this run's ``maxSegmentsToMove``
+    budget (the slices of one :class:`~coordinator.planner.sweep.Sweep`), counted on by this run in place.
     """
     return _Run(state, now=now, run=run, start=start, compute_cost=compute_cost, balancing=balance, scope=scope,
-                mark_overshadowed=mark_overshadowed, per_server_caches=per_server_caches).run()
+                mark_overshadowed=mark_overshadowed, per_server_caches=per_server_caches, drained=drained).run()
 
 
 def balance_tier(view: ClusterView, tier: str, caches: dict[str, ServerCostCache] | None = None,
