@@ -610,8 +610,17 @@ class _Run:
         p = self.p
         classes = self.classes("load")
         if self.scope is not None:  # a few segments: ask each (the per-tier sets would cost the whole cluster)
-            return {sid for t, m in classes for sid in m
-                    if any(p.copies(sid, tier).total < want for tier, want in t.replicants.items())}
+            loaded_in, pending_in = p.loaded_in, p.pending_in
+            short: set[SegmentId] = set()
+            for t, m in classes:
+                wants = t.by_tier
+                for sid in m:  # p.copies(sid, tier).total < want for some tier, unboxed
+                    loaded, queued = loaded_in.get(sid), pending_in.get(sid)
+                    for tier, want in wants:
+                        if (loaded[tier] if loaded else 0) + (queued[tier] if queued else 0) < want:
+                            short.add(sid)
+                            break
+            return short
         depth: dict[str, int] = {}
         for t, _ in classes:
             for tier, want in t.replicants.items():
@@ -823,13 +832,39 @@ class _Run:
                 self.trim(sid, target.replicants, stage)
 
     def unload_candidates(self) -> set[SegmentId]:
-        """The segments stage 12 may act on: a scoped run's scope; in a full run, those with a copy or a queued
+        """The segments stage 12 may act on: in a scoped run, those of its scope that are unused, not under a load
+        rule, or have more copies (loaded or queued) in a tier than their target there; in a full run, those with a
+        copy or a queued
         load that are unused or under a drop rule, or have more copies in a tier than their target there (set
         arithmetic over the tiers' copies as stage 12 starts; what it does to one segment changes no other's
         copies, so the others it would visit do nothing)."""
         p = self.p
-        if self.scope is not None:
-            return set(self.scope)
+        if self.scope is not None:  # the scope, less the load-rule segments at or under their target in every tier
+            out: set[SegmentId] = set()
+            used, segments, loaded_in, pending_in = p.used, p.segments, p.loaded_in, p.pending_in
+            for sid in self.scope:
+                target = self.planned_target(sid)
+                if sid not in used or target is None or target.kind != "load":
+                    out.add(sid)  # unused, drop rule (every copy goes) or broadcast (unload skips those)
+                    continue
+                loaded, queued = loaded_in.get(sid), pending_in.get(sid)
+                if sid not in segments or not (loaded or queued):
+                    continue
+                want = target.replicants  # a tier with a copy whose total (loaded + queued) is above its target:
+                over = False
+                if loaded:
+                    for t, n in loaded.items():
+                        if n + (queued[t] if queued else 0) > want.get(t, 0):
+                            over = True
+                            break
+                if queued and not over:
+                    for t, n in queued.items():
+                        if n + (loaded[t] if loaded else 0) > want.get(t, 0):
+                            over = True
+                            break
+                if over:
+                    out.add(sid)
+            return out
         everywhere: set[SegmentId] = set(p.holders)
         everywhere.update(p.pending)
         for name in p.tier_of:
@@ -972,14 +1007,20 @@ class _Run:
         if self.scope is None:
             self._metrics_at_start_full()
             return
+        holders, loaded_in, metrics = self.p.holders, self.p.loaded_in, self.metrics
+        unavailable = 0
         for sid, target in self.targets.items():
-            if target.kind != "load" or target.total == 0:
+            if target.kind != "load" or not target.replicants:  # (a load target's replicants are all above 0)
                 continue
-            if not self.p.holders.get(sid):
-                self.metrics["segment/unavailable/count"] += 1
-            for tier, want in target.replicants.items():
-                if 0 < self.p.copies(sid, tier).loaded < want:
-                    self.metrics[f"segment/underReplicated/count/{tier}"] += 1
+            if not holders.get(sid):
+                unavailable += 1
+                continue  # no holder: no loaded copy in any tier
+            loaded = loaded_in.get(sid)
+            for tier, want in target.by_tier:
+                if want > 1 and loaded and 0 < loaded[tier] < want:  # p.copies(sid, tier).loaded, unboxed
+                    metrics[f"segment/underReplicated/count/{tier}"] += 1
+        if unavailable:
+            metrics["segment/unavailable/count"] += unavailable
 
     def _metrics_at_start_full(self) -> None:
         """:meth:`metrics_at_start` for every segment at once: set arithmetic over the tiers' loaded copies."""
