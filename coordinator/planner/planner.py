@@ -850,16 +850,16 @@ class _Run:
                 loaded, queued = loaded_in.get(sid), pending_in.get(sid)
                 if sid not in segments or not (loaded or queued):
                     continue
-                want = target.replicants  # a tier with a copy whose total (loaded + queued) is above its target:
+                targeted = target.replicants  # a tier with a copy whose total (loaded + queued) is above its target:
                 over = False
                 if loaded:
                     for t, n in loaded.items():
-                        if n + (queued[t] if queued else 0) > want.get(t, 0):
+                        if n + (queued[t] if queued else 0) > targeted.get(t, 0):
                             over = True
                             break
                 if queued and not over:
                     for t, n in queued.items():
-                        if n + (loaded[t] if loaded else 0) > want.get(t, 0):
+                        if n + (loaded[t] if loaded else 0) > targeted.get(t, 0):
                             over = True
                             break
                 if over:
