@@ -47,8 +47,13 @@ Balancing (stages 7, 10, 11) runs on the timer and after batches holding a
 server, rule or config change, not after every publish or announce: those get
 their loads and drops at once, their moves at the next timer run, as Druid
 balances once per coordinator period. With ``balancing=False`` (the Spark
-balancer makes the moves) it never balances. Per-server cost caches stay alive
-across runs in a :class:`~coordinator.planner.cost_shelf.CostCacheShelf`
+balancer makes the moves) it never balances.
+The timer's look at every segment (its first tick, then every ``FULL_RUN_EVERY_MS``) is a
+:class:`~coordinator.planner.sweep.Sweep`: the tick begins it and takes its first slice, the shell takes
+the others between batches (:meth:`next_slice`, in turns with a balancing run's), each a scoped run of
+``sweep_chunk`` segments; its cursor and drains are committed with every slice and resumed after a restart
+(``sweep_chunk`` 0, or ``incremental=False``: the timer's run is one full run, as before).
+Per-server cost caches stay alive across runs in a :class:`~coordinator.planner.cost_shelf.CostCacheShelf`
 (reconciled to each run's placement; the plans are those of fresh caches).
 
 **Liveness** (:mod:`coordinator.placement.liveness`, docs/liveness.md). Folding a
