@@ -154,27 +154,33 @@ def sweep(view: ClusterView, tiers: dict[str, list[str]], full_s: float, full_cp
         FrozenHeap().start()
     run = Sweep(run=view.run, started=view.now)
     slices: list[float] = []
-    decisions = loads = 0
+    decisions = loads = marking = 0
     t0, c0 = time.perf_counter(), time.process_time()
     while not run.done:
         began = time.perf_counter()
-        segments, final = run.next_chunk(state, chunk)
-        if final:
-            state.mark_all = True  # a full run's marking, as the agent's last slice does
-        part = plan_state(state, view.now, view.run, view.coordinator_start, False, balance=False, scope=segments,
-                          mark_overshadowed=final, drained=run.drained)
+        piece = run.next_slice(state, chunk)
+        if piece.mark_sources is not None:
+            state.mark_all = False  # the whole-cluster marking under way, source by source (as the agent does)
+        part = plan_state(state, view.now, view.run, view.coordinator_start, False, balance=False,
+                          scope=piece.scope, mark_overshadowed=piece.mark_sources is not None, drained=run.drained,
+                          mark_sources=piece.mark_sources)
         slices.append(time.perf_counter() - began)
+        marking += piece.mark_sources is not None
         decisions += len(part.commands) + len(part.mark_unused)
         loads += sum(1 for c in part.commands if c.type == "load")
     total, cpu = time.perf_counter() - t0, time.process_time() - c0
     longest = max(slices)
+    at = slices.index(longest)
+    kind = "marking" if at >= len(slices) - marking else "with the tail" if at == len(slices) - marking - 1 else \
+        "planning"
     slices.sort()
     print(f"  the same as a sweep (state built again in {built:.1f} s) in {len(slices):,} slices of {chunk:,} "
           f"segments: {total:6.2f} s ({cpu:.2f} s CPU), {decisions:,} decisions ({loads:,} loads); against the full "
           f"run: wall {total / full_s:.2f}x, CPU {cpu / full_cpu:.2f}x, decisions {decisions - full_decisions:+,}")
-    print(f"  a slice (the longest a publish waits behind): median {1000 * statistics.median(slices):.1f} ms, "
+    print(f"  a slice ({marking} of them marking): median {1000 * statistics.median(slices):.1f} ms, "
           f"p99 {1000 * slices[int(0.99 * (len(slices) - 1))]:.1f} ms, max {1000 * longest:.1f} ms = "
-          f"{longest / full_s:.4f} of the full run's {full_s:.2f} s")
+          f"{longest / full_s:.4f} of the full run's {full_s:.2f} s (the longest a publish waits behind: slice "
+          f"{at + 1}, {kind})")
 
 
 def _option(name: str, default: int) -> int:

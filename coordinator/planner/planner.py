@@ -184,7 +184,7 @@ class _Run:
     def __init__(self, state: PlacementState, *, now: int, run: int, start: int, compute_cost: bool,
                  balancing: bool = True, only_tier: str | None = None, scope: set[SegmentId] | None = None,
                  mark_overshadowed: bool = True, per_server_caches: bool = False,
-                 drained: Counter[str] | None = None) -> None:
+                 drained: Counter[str] | None = None, mark_sources: Collection[str] | None = None) -> None:
         self.p = state
         # the reference cost source (benchmarks' baseline, tests): one ServerCostCache tree walk per server instead
         # of one query of the tier's ClusterCostIndex; the same costs to ~1e-15, so the same decisions
@@ -195,6 +195,7 @@ class _Run:
         self.only_tier = only_tier  # balance this tier alone (None: every tier)
         self.scope = scope
         self.marking = mark_overshadowed
+        self.mark_sources = mark_sources  # data sources a scoped marking judges whole (a sweep's marking slices)
         self.limits = self.config.effective(len(state.used), len(state.tier_of))
         shares = self.config.queue_shares()
         self.shares = {"loading": shares.loading, "decommissioning": shares.decommissioning,
@@ -952,14 +953,15 @@ class _Run:
         used segments that share an instant with it, so the candidates are the used segments overlapping a
         changed one, each judged on a timeline of everything overlapping the candidates. Rules decide which
         segments need no replicas (they count as served); rule changes and the passing of time come with
-        full runs, so the neighbourhoods of changed segments are all that can change in between."""
+        full runs, so the neighbourhoods of changed segments are all that can change in between. A sweep's
+        marking slices (``mark_sources``) judge their data sources whole: over the sweep, every data source."""
         p = self.p
         if not self.marking or self.now < self.start + self.config.millis_to_wait_before_deleting:
             if p.mark_all:
                 p.mark_pending.clear()  # a full marking comes first anyway
             return
         pending, p.mark_pending = p.mark_pending, set()
-        if self.scope is None or p.mark_all:
+        if self.scope is None or (p.mark_all and self.mark_sources is None):
             p.mark_all = False
             by_source = self._used_by_source  # the run's used segments: nothing left the used set since
             if by_source is None and len(p.used) == sum(len(index) for index in p.used_index.values()):
@@ -972,6 +974,15 @@ class _Run:
                 if _versions_overlap(sids):  # asked of the ids: descriptors only where something may be hidden
                     self._mark_in(source, [p.segments[sid] for sid in sids], None)
             return
+        if self.mark_sources is not None:  # these sources whole (a full marking's part), the others around changes
+            judged = self.mark_sources
+            for source in sorted(judged):
+                index = p.used_index.get(source)
+                if index is not None:
+                    sids = list(index.keyed())
+                    if _versions_overlap(sids):
+                        self._mark_in(source, [p.segments[sid] for sid in sids], None)
+            pending = {sid for sid in pending if sid.data_source not in judged}
         candidates: dict[str, set[SegmentId]] = {}
         for sid in pending:
             index = p.used_index.get(sid.data_source)
@@ -1202,7 +1213,8 @@ def plan(view: ClusterView, compute_cost: bool = True, *, balance: bool = True,
 
 def plan_state(state: PlacementState, now: int, run: int, start: int, compute_cost: bool = False, *,
                balance: bool = True, scope: set[SegmentId] | None = None, mark_overshadowed: bool = True,
-               per_server_caches: bool = False, drained: Counter[str] | None = None) -> Plan:
+               per_server_caches: bool = False, drained: Counter[str] | None = None,
+               mark_sources: Collection[str] | None = None) -> Plan:
     """One run over a live placement state, which it updates with every decision (the commands are folded in
     with their ids, sent at ``now``; marks leave the used set).
 
@@ -1214,9 +1226,12 @@ def plan_state(state: PlacementState, now: int, run: int, start: int, compute_co
     reference cost source (see :meth:`_Run.server_costs`), the same decisions more slowly. ``drained``: the
     drains (stages 5, 9) already made per tier by earlier runs that share this run's ``maxSegmentsToMove``
     budget (the slices of one :class:`~coordinator.planner.sweep.Sweep`), counted on by this run in place.
+    ``mark_sources`` (a scoped run that marks): data sources judged whole, as a full run judges every one (a
+    sweep's marking slices), besides the neighbourhoods of what changed in the others.
     """
     return _Run(state, now=now, run=run, start=start, compute_cost=compute_cost, balancing=balance, scope=scope,
-                mark_overshadowed=mark_overshadowed, per_server_caches=per_server_caches, drained=drained).run()
+                mark_overshadowed=mark_overshadowed, per_server_caches=per_server_caches, drained=drained,
+                mark_sources=mark_sources).run()
 
 
 def balance_tier(view: ClusterView, tier: str, caches: dict[str, ServerCostCache] | None = None,

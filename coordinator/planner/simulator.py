@@ -693,13 +693,16 @@ class Simulator:
             deferred = set(result.deferred) | {sid for sid, _ in result.mark_unused}
             while sweep is not None:  # its slices after the run's own plan (which balanced already)
                 current = sweep
-                chunk, final = current.next_chunk(self.state, sweep_chunk)
-                if final:
-                    self.state.mark_all = True
+                piece = current.next_slice(self.state, sweep_chunk)
+                if piece.final:
                     last_full, sweep = current.started, None
-                part = plan_state(self.state, self.now, run, self.start, compute_cost, balance=False, scope=chunk,
-                                  mark_overshadowed=final, drained=current.drained)
-                deferred = (deferred - chunk) | set(part.deferred) | {sid for sid, _ in part.mark_unused}
+                wait = self.state.config.millis_to_wait_before_deleting
+                if piece.mark_sources is not None and self.now >= self.start + wait:
+                    self.state.mark_all = False  # the whole-cluster marking under way, source by source
+                part = plan_state(self.state, self.now, run, self.start, compute_cost, balance=False,
+                                  scope=piece.scope, mark_overshadowed=piece.mark_sources is not None,
+                                  drained=current.drained, mark_sources=piece.mark_sources)
+                deferred = (deferred - piece.scope) | set(part.deferred) | {sid for sid, _ in part.mark_unused}
                 result = Plan(result.commands + part.commands, result.mark_unused + part.mark_unused,
                               result.metrics, result.unknown_tiers, result.deferred | part.deferred)
             for sid, _reason in result.mark_unused:  # the coordinator's marks reach the metadata store

@@ -3,7 +3,7 @@
 An incremental planner looks at every segment at least every ``FULL_RUN_EVERY_MS`` (period rules move segments
 between rules as time passes; a run left something short that no event brings back). At a million segments one
 full run holds the planner's thread for about 20 s, and every publish arriving meanwhile waited for it. A
-:class:`Sweep` does the same work in **slices**: :meth:`Sweep.next_chunk` hands out the next ``size`` segments,
+:class:`Sweep` does the same work in **slices**: :meth:`Sweep.next_slice` hands out the next ``size`` segments,
 the caller runs :func:`~coordinator.planner.planner.plan_state` with that chunk as its scope (the stages a full
 run does for those segments, 0-6, 8, 9, 12, 13, under the same throttles and queue shares: those are read from the
 live placement) and folds and plans events between any two slices.
@@ -11,9 +11,11 @@ live placement) and folds and plans events between any two slices.
 **Order.** Data sources in name order; within one, its used segments newest first (the loading stages' order,
 so the first chunks take the newest segments, as a full run's stage 1 does). A source's order is computed when the
 sweep reaches it, from the fold's used index as it is then; segments published into a source after that are
-planned by their own runs, not by this sweep. After the used segments, the **tail**: every segment with a copy or
-a queued load that is not used (what stage 12 drops as unused), and any used segment the used index misses; the
-chunk that takes the tail is the last (``final``), and it is handed out with the last used segments when they fit.
+planned by their own runs, not by this sweep. With the last used segments, the **tail**: every segment with a copy
+or a queued load that is not used (what stage 12 drops as unused), and any used segment the used index misses.
+Then the **marking** slices: data sources in name order, whole sources of at least ``MARK_FACTOR * size`` used
+segments in all per slice (judging a segment costs about a tenth of planning it), with an empty scope; the last of
+them is the sweep's last slice (``final``).
 
 **What is whole-cluster in a full run**, and where the sweep does it:
 
@@ -21,13 +23,16 @@ chunk that takes the tail is the last (``final``), and it is handed out with the
 - the drain budget (``maxSegmentsToMove`` less balancing, stages 5 and 9): one :attr:`drained` counter for the
   whole sweep, passed to every slice's run, so a sweep drains no more than one full run;
 - stage 13 (broadcast-only decommissioning servers emptied): every scoped run does it whole (O(their holdings));
-- marking overshadowed segments unused: the final slice marks with ``mark_all`` set (every data source), as the
-  full run did; slices before it do not mark (the timer's own runs mark around what changed meanwhile);
+- marking overshadowed segments unused: every data source judged whole, as the full run did, a few per marking
+  slice (``mark_sources``); slices before them do not mark (the timer's own runs mark around what changed
+  meanwhile). :attr:`Sweep.judged` says whether every marking slice could judge (``millisToWaitBeforeDeleting``
+  had passed): then the sweep did what the state's ``mark_all`` asks for;
 - replication throttle, queue limits and shares: state, not run, counters; the same in every slice.
 
 **Progress** is the cursor (``source``, ``after``): every segment of the sources before ``source`` was handed
 out, and of ``source`` those up to ``after`` in its newest-first order (``after`` None: all of it); ``tail``: the
-used segments are done. It is a pure value (:meth:`progress`, stored by the caller with the slice's effects), and a
+used segments and the tail are done, and ``marked``: the data sources up to it were judged. It is a pure value
+(:meth:`progress`, stored by the caller with the slice's effects), and a
 sweep rebuilt from it (:meth:`resume`) on the same state hands out the same chunks as the one that stored it.
 
 >>> from coordinator.planner.cluster import ClusterView, Server, ServerState
@@ -38,27 +43,39 @@ sweep rebuilt from it (:meth:`resume`) on the same state hands out the same chun
 >>> rules = RuleSet.parse({"_default": [{"type": "loadForever", "tieredReplicants": {"hot": 1}}]})
 >>> state = ClusterView(0, servers, {s.id: s for s in segs}, frozenset(s.id for s in segs), rules).placement()
 >>> sweep = Sweep(run=1, started=0)
->>> chunk, final = sweep.next_chunk(state, 4)
->>> sorted((s.data_source, s.interval.start // 3_600_000) for s in chunk), final
-([('a', 0), ('a', 1), ('a', 2), ('b', 2)], False)
+>>> first = sweep.next_slice(state, 4)
+>>> sorted((s.data_source, s.interval.start // 3_600_000) for s in first.scope), first.mark_sources, first.final
+([('a', 0), ('a', 1), ('a', 2), ('b', 2)], None, False)
 >>> again = Sweep.resume(sweep.progress())
->>> rest, final = again.next_chunk(state, 4)
->>> sorted((s.data_source, s.interval.start // 3_600_000) for s in rest), final, again.done
-([('b', 0), ('b', 1)], True, True)
+>>> rest = again.next_slice(state, 4)
+>>> sorted((s.data_source, s.interval.start // 3_600_000) for s in rest.scope), rest.mark_sources, again.tail
+([('b', 0), ('b', 1)], None, True)
+>>> again.next_slice(state, 4), again.done
+(SweepSlice(scope=set(), mark_sources=('a', 'b'), final=True), True)
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
 from coordinator.placement.state import PlacementState
 from coordinator.planner.planner import _newest_first, _newest_first_order
 from events.segment import SegmentId
 
 SWEEP_CHUNK = 4000  # segments a sweep slice plans (at 1M segments and 300 servers: see docs/planner.md, "Sweeps")
+MARK_FACTOR = 10  # a marking slice judges whole data sources of about this many times a chunk's segments
 _Key = tuple[int, int, str, int, str]
+
+
+class SweepSlice(NamedTuple):
+    """One slice: the segments to plan (the run's scope), the data sources to judge whole for overshadowed
+    segments (None: the run does not mark), and whether it is the sweep's last."""
+
+    scope: set[SegmentId]
+    mark_sources: tuple[str, ...] | None
+    final: bool
 
 
 class Sweep:
@@ -69,7 +86,9 @@ class Sweep:
         self.started = started  # the time it began: the next is due FULL_RUN_EVERY_MS after
         self.source: str | None = None
         self.after: _Key | None = None
-        self.tail = False
+        self.tail = False  # the used segments and the tail were handed out: marking slices follow
+        self.marked: str | None = None  # the last data source judged by a marking slice
+        self.judged = True  # every marking slice so far judged (False: one came before the wait for deleting)
         self.done = False
         self.drained: Counter[str] = Counter()  # drains made by its slices, per tier (one budget for the sweep)
         self.slices = 0
@@ -77,35 +96,41 @@ class Sweep:
         self._next_source = 0
         self._order: list[SegmentId] | None = None  # the current source's used segments, newest first
         self._at = 0
+        self._mark_names: list[str] | None = None  # the sources left to judge, in name order
+        self._next_mark = 0
 
     def progress(self) -> dict[str, Any]:
         """The cursor and counters as a JSON value (:meth:`resume` takes it back)."""
         return {"run": self.run_number, "started": self.started, "source": self.source,
                 "after": None if self.after is None else list(self.after), "tail": self.tail,
+                "marked": self.marked, "judged": self.judged,
                 "drained": dict(sorted(self.drained.items())), "slices": self.slices}
 
     @classmethod
     def resume(cls, progress: dict[str, Any]) -> Sweep:
         sweep = cls(run=progress["run"], started=progress["started"])
         sweep.source, sweep.tail, sweep.slices = progress["source"], progress["tail"], progress["slices"]
+        sweep.marked, sweep.judged = progress["marked"], progress["judged"]
         after = progress["after"]
         sweep.after = None if after is None else (int(after[0]), int(after[1]), str(after[2]), int(after[3]),
                                                   str(after[4]))
         sweep.drained.update(progress["drained"])
         return sweep
 
-    def next_chunk(self, state: PlacementState, size: int) -> tuple[set[SegmentId], bool]:
-        """The next at most ``size`` used segments (``size`` >= 1), and whether this is the sweep's last chunk
-        (then it also holds the tail and :attr:`done` is set). The cursor moves past what it hands out."""
+    def next_slice(self, state: PlacementState, size: int) -> SweepSlice:
+        """The next slice: at most ``size`` used segments (``size`` >= 1; the tail with the last of them), or once
+        they are done, the next data sources to judge for overshadowed segments; the last sets :attr:`done`. The
+        cursor moves past what it hands out."""
         if size < 1:
             raise ValueError(f"size: at least 1, got {size}")
         if self.done:
-            return set(), True
+            return SweepSlice(set(), None, True)
         self.slices += 1
+        if self.tail:
+            return self._marking(state, size * MARK_FACTOR)
         chunk: list[SegmentId] = []
-        while not self.tail and len(chunk) < size:
+        while len(chunk) < size:
             if self._order is None and not self._enter(state):
-                self.tail = True
                 break
             assert self._order is not None
             take = self._order[self._at:self._at + size - len(chunk)]
@@ -115,13 +140,30 @@ class Sweep:
                 self._order, self.after = None, None  # the whole source handed out
             elif take:
                 self.after = _newest_first(take[-1])
-        if not self.tail and self._order is None and not self._more_sources(state):
-            self.tail = True  # the last source ended with this chunk: the tail goes with it
         out = set(chunk)
-        if self.tail:
+        if self._order is None and not self._more_sources(state):
+            self.tail = True  # the last source ended with this chunk: the tail goes with it
             out |= self._tail(state)
-            self.done = True
-        return out, self.done
+        return SweepSlice(out, None, False)
+
+    def _marking(self, state: PlacementState, budget: int) -> SweepSlice:
+        """Whole data sources after :attr:`marked`, in name order, until they hold ``budget`` used segments."""
+        if self._mark_names is None:  # from the cursor; a source first published later is judged around its changes
+            names = sorted(state.used_index)
+            self._mark_names = names[0 if self.marked is None else bisect_right(names, self.marked):]
+        names, count = self._mark_names, 0
+        taken: list[str] = []
+        while self._next_mark < len(names) and count < budget:
+            name = names[self._next_mark]
+            self._next_mark += 1
+            index = state.used_index.get(name)
+            if index is not None:
+                taken.append(name)
+                count += len(index)
+        if taken:
+            self.marked = taken[-1]
+        self.done = self._next_mark >= len(names)
+        return SweepSlice(set(), tuple(taken), self.done)
 
     def _more_sources(self, state: PlacementState) -> bool:
         names = self._names(state)

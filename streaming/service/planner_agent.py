@@ -449,11 +449,15 @@ class PlannerAgent:
             return 0
         due = self.last_full_run is None or now - self.last_full_run >= FULL_RUN_EVERY_MS
         full = not self.incremental or (due and self.sweep_chunk <= 0)
-        if due and not full and self.sweep is None:
+        sweeping = self.incremental and self.sweep_chunk > 0
+        # a whole-cluster marking (mark_all: the first after a start, or after the wait for deleting passed) is a
+        # sweep's, in slices: the timer's own run then leaves marking to it
+        wide = sweeping and st.mark_all and now >= st.start + st.config.millis_to_wait_before_deleting
+        if sweeping and (due or wide) and self.sweep is None:
             self.sweeps += 1
             self.sweep = Sweep(run=self.sweeps, started=now)
         scope = None if full else expired.segments | self.deferred
-        result = self._run(now, scope, balance=False, mark=True)
+        result = self._run(now, scope, balance=False, mark=not (sweeping and st.mark_all))
         emitted = 0
         if result.commands or result.mark_unused:
             self._commit_run_number()
@@ -512,14 +516,25 @@ class PlannerAgent:
             return 0
         if not self._may_decide():
             self.sweep = None
+            if sweep.tail and sweep.judged:
+                self.state.mark_all = True  # its marking did not judge every data source
             return 0
         before = sweep.progress()
-        chunk, final = sweep.next_chunk(self.state, self.sweep_chunk)
-        if final:
-            self.state.mark_all = True  # a full run's marking: every data source (rules and time moved)
+        st = self.state
+        part = sweep.next_slice(st, self.sweep_chunk)
+        marking = part.mark_sources is not None
+        if marking:
+            if st.start is not None and now < st.start + st.config.millis_to_wait_before_deleting:
+                sweep.judged = False  # too early to mark: a whole-cluster marking stays to do (mark_all)
+            elif sweep.judged:
+                # the whole-cluster marking is under way, source by source: from here on what changes is judged
+                # around the change (mark_pending), by this sweep's next slices or by the timer's runs
+                st.mark_all = False
+        if part.final:
             self.sweep = None
             self.last_full_run = sweep.started
-        result = self._run(now, chunk, balance=False, mark=final, drained=sweep.drained)
+        result = self._run(now, part.scope, balance=False, mark=marking, drained=sweep.drained,
+                           mark_sources=part.mark_sources)
         if not result.commands and not result.mark_unused:
             return 0
         if result.mark_unused:
@@ -620,13 +635,13 @@ class PlannerAgent:
                    for _, rules in st.rules.entries for rule in rules)
 
     def _run(self, now: int, scope: set[SegmentId] | None, *, balance: bool, mark: bool,
-             drained: Counter[str] | None = None) -> Plan:
+             drained: Counter[str] | None = None, mark_sources: tuple[str, ...] | None = None) -> Plan:
         self.runs += 1
         st = self.state
         start = st.start if st.start is not None else now
         began = time.perf_counter()
         result = plan_state(st, now, self.runs, start, False, balance=balance, scope=scope, mark_overshadowed=mark,
-                            drained=drained)
+                            drained=drained, mark_sources=mark_sources)
         if self.on_run is not None:
             self.on_run(result, st, (time.perf_counter() - began) * 1000, now, scope is None)
         marked = {sid for sid, _ in result.mark_unused}  # their copies are dropped by the next run

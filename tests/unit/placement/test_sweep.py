@@ -120,7 +120,7 @@ def test_a_publish_between_two_slices_is_planned_before_the_sweep_ends_and_the_s
         fresh = fed.publish_fresh()
         assert [(e.event.segment.id) for e in fresh if isinstance(e.event, LoadSegment)] == [FRESH.id]
         assert fed.agent.sweep is not None
-        assert fed.slices() == 2  # 12 segments in slices of 5
+        assert fed.slices() == 3  # 12 segments in slices of 5 (the tick took the first 5), then one marking slice
         assert fed.agent.sweep is None and fed.agent.last_full_run == LATER
         # then the sweep has decided what the one full run decided, under the same ids
         swept = fed.emitted[before:]
@@ -141,7 +141,7 @@ def test_a_restart_resumes_the_sweep_where_its_last_committed_slice_left_it() ->
         whole.loaded_cluster()
         before = len(whole.emitted)
         whole.agent.tick(LATER)
-        assert whole.slices() == 3  # 12 segments in slices of 3: the tick's and three more
+        assert whole.slices() == 4  # 12 segments in slices of 3 (the tick took the first 3), then one marking slice
         uninterrupted = whole.emitted[before:]
         whole.store.close()
 
@@ -157,7 +157,7 @@ def test_a_restart_resumes_the_sweep_where_its_last_committed_slice_left_it() ->
         fed.store.close()  # the process ends here: each slice was committed with its progress
         again = Fed(Path(tmp) / "crashed", 3, fed.log)
         assert again.agent.sweep is not None and again.agent.sweep.progress() == progress
-        assert again.slices() == 2
+        assert again.slices() == 3  # two slices of 3, one marking
         second_part = again.emitted
         # the same decisions under the same ids as without the restart, none made twice
         assert not _decisions(first_part)[1] & _decisions(second_part)[1]
