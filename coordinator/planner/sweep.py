@@ -205,11 +205,13 @@ class Sweep:
         """The segments a full run looks at beyond the used ones in the used index: copies and queued loads of
         unused segments, and used segments the index misses (none while every used segment's descriptor is
         known). O(copies) in set operations."""
-        everywhere: set[SegmentId] = set(state.holders)
-        everywhere.update(state.pending)
+        used = state.used
+        out: set[SegmentId] = state.holders.keys() - used  # key views: the stored hashes, no set of every copy
+        out |= state.pending.keys() - used
         for name in state.tier_of:
-            everywhere.update(state.loading[name])
-        out = everywhere - state.used
+            loading = state.loading[name]
+            if loading:
+                out |= loading.keys() - used
         if len(state.used) != sum(len(index) for index in state.used_index.values()):
             out.update(sid for sid in state.used
                        if sid not in state.used_index.get(sid.data_source, ()))
