@@ -270,6 +270,9 @@ class PlannerAgent:
         resumed_sweep = meta.get("sweep")
         if resumed_sweep is not None and incremental:  # its cursor and drains as committed with its last slice
             self.sweep = Sweep.resume(resumed_sweep)
+            # its marking starts over: the changes noted for the sources it judged before the restart were not
+            # stored (a restored state asks for a whole-cluster marking, mark_all)
+            self.sweep.marked = None
         self.sweep_chunk = SWEEP_CHUNK  # segments per sweep slice
         self._sweep_turn = True  # next_slice alternates between a sweep in progress and a balancing run
         self.deferred: set[SegmentId] = set()  # segments the last runs left short: in every next run's scope
@@ -508,9 +511,10 @@ class PlannerAgent:
         return self.balance_slice(wall_ms)
 
     def _sweep_slice(self, now: int) -> int:
-        """Plan the sweep's next chunk (a scoped run of its segments, the final one marking overshadowed segments
-        in every data source), emit what it decided; the caller flushes and commits. A sweep that cannot decide
-        anything (no server, no rule that needs none) is given up: the next timer run begins another."""
+        """Plan the sweep's next slice (a scoped run of its chunk of segments, or a marking slice judging whole data
+        sources for overshadowed segments), emit what it decided; the caller flushes and commits. A sweep that
+        cannot decide anything (no server, no rule that needs none) is given up: the next timer run begins
+        another."""
         sweep = self.sweep
         if sweep is None:
             return 0
