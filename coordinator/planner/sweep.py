@@ -14,8 +14,10 @@ sweep reaches it, from the fold's used index as it is then; segments published i
 planned by their own runs, not by this sweep. With the last used segments, the **tail**: every segment with a copy
 or a queued load that is not used (what stage 12 drops as unused), and any used segment the used index misses.
 Then the **marking** slices: data sources in name order, whole sources of at least ``MARK_FACTOR * size`` used
-segments in all per slice (judging a segment costs about a tenth of planning it), with an empty scope; the last of
-them is the sweep's last slice (``final``).
+segments in all per slice (judging a source whose versions do not overlap reads its ids' bounds and no more: far
+cheaper per segment than planning; the factor was not tuned apart), with an empty scope; the last of them is the
+sweep's last slice (``final``). A data source is never split: one of a million segments makes one slice sort a
+million ids (its newest-first order) and one marking slice judge them all, about a second each at that size.
 
 **What is whole-cluster in a full run**, and where the sweep does it:
 
@@ -32,8 +34,8 @@ them is the sweep's last slice (``final``).
 **Progress** is the cursor (``source``, ``after``): every segment of the sources before ``source`` was handed
 out, and of ``source`` those up to ``after`` in its newest-first order (``after`` None: all of it); ``tail``: the
 used segments and the tail are done, and ``marked``: the data sources up to it were judged. It is a pure value
-(:meth:`progress`, stored by the caller with the slice's effects), and a
-sweep rebuilt from it (:meth:`resume`) on the same state hands out the same chunks as the one that stored it.
+(:meth:`progress`, stored by the caller with the slice's effects), and a sweep rebuilt from it (:meth:`resume`) on
+the same state hands out the same chunks as the one that stored it.
 
 >>> from coordinator.planner.cluster import ClusterView, Server, ServerState
 >>> from coordinator.rules.ruleset import RuleSet
@@ -64,7 +66,7 @@ from coordinator.placement.state import PlacementState
 from coordinator.planner.planner import _newest_first, _newest_first_order
 from events.segment import SegmentId
 
-SWEEP_CHUNK = 4000  # segments a sweep slice plans (at 1M segments and 300 servers: see docs/planner.md, "Sweeps")
+SWEEP_CHUNK = 4000  # segments a sweep slice plans (docs/planner.md, "The periodic full run as a sweep")
 MARK_FACTOR = 10  # a marking slice judges whole data sources of about this many times a chunk's segments
 _Key = tuple[int, int, str, int, str]
 
