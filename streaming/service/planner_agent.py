@@ -536,7 +536,8 @@ class PlannerAgent:
                 st.mark_all = False
         if part.final:
             self.sweep = None
-            self.last_full_run = sweep.started
+            # (a full run after a server, rule or config change may have come since it began: the later counts)
+            self.last_full_run = max(sweep.started, self.last_full_run or sweep.started)
         result = self._run(now, part.scope, balance=False, mark=marking, drained=sweep.drained,
                            mark_sources=part.mark_sources)
         if not result.commands and not result.mark_unused:
