@@ -164,3 +164,35 @@ def test_a_restart_resumes_the_sweep_where_its_last_committed_slice_left_it() ->
         assert _decisions(first_part + second_part) == _decisions(uninterrupted)
         _old_dropped(first_part + second_part)
         again.store.close()
+
+
+def test_the_first_whole_cluster_marking_after_a_start_is_the_sweeps_in_marking_slices() -> None:
+    """Given hours 0-5 of v1 overshadowed by a served v2 when the planner starts (nothing marked them: publishes and
+    announces do not mark), when the timer runs, then its own run leaves the whole-cluster marking to the sweep,
+    whose marking slice (after its planning slices) marks exactly those six unused."""
+    v2 = [SegmentDescriptor("wiki", Interval(T0 + h * HOUR, T0 + (h + 1) * HOUR), "v2", 0, 100) for h in range(6)]
+    other = [SegmentDescriptor("zoo", Interval(T0 + h * HOUR, T0 + (h + 1) * HOUR), "v1", 0, 100) for h in range(4)]
+    with tempfile.TemporaryDirectory() as tmp:
+        fed = Fed(Path(tmp) / "marking", 5)
+        loads = fed.feed([
+            _env(ServerJoined(server="h1", tier="_default_tier", max_size_bytes=10**9), "j1", T0, "h1"),
+            through_lockbox(_env(SegmentsPublished(task_id="t", segments=(*OLD, *v2)), "p", T0 + 1, "wiki")),
+            through_lockbox(_env(SegmentsPublished(task_id="t2", segments=tuple(other)), "p2", T0 + 1, "zoo")),
+        ])
+        commands = [e.event for e in loads if isinstance(e.event, LoadSegment)]
+        assert len(commands) == len(OLD) + len(v2) + len(other)
+        fed.feed([_env(SegmentAnnounced(server=c.server, segment=c.segment), f"a{i}", T0 + 1000, "wiki")
+                  for i, c in enumerate(commands)])
+        assert fed.agent.state.mark_all
+        fed.agent.tick(LATER)
+        first = fed.take()
+        assert not [e for e in first if isinstance(e.event, SegmentsMarkedUnused)]  # the tick's run marks nothing
+        marks: list[tuple[bool, set[str]]] = []  # per slice: whether it marked, and what
+        while fed.agent.slicing:
+            marking = fed.agent.sweep is not None and fed.agent.sweep.tail
+            fed.agent.next_slice(LATER)
+            marks.append((marking, _decisions(fed.take())[2]))
+        assert [m for m, _ in marks] == [False] * (len(marks) - 1) + [True]  # planning slices, then one marking
+        assert marks[-1][1] == {str(s.id) for s in OLD[:6]}
+        assert not fed.agent.state.mark_all  # the whole-cluster marking is done
+        fed.store.close()
