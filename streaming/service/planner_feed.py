@@ -45,8 +45,8 @@ event-loop agents keep their batches flowing). The timer run (which also decides
 ``server_lost``, :meth:`PlannerAgent.decide_lost`) comes every ``plan_every_s``;
 a balancing run or a sweep (the periodic full run) it starts goes on in slices, one between two fetched
 batches (:meth:`PlannerAgent.next_slice`), and pauses while the feed reads full
-batches (catching up), so a publish never waits for a whole balancing or full run. A planner failure ends the
-process with status 70 (0 when a stop was asked for), as any agent failure does.
+batches (catching up), so a publish never waits for a whole balancing run or periodic full run. A planner
+failure ends the process with status 70 (0 when a stop was asked for), as any agent failure does.
 """
 
 from __future__ import annotations
