@@ -29,12 +29,19 @@ two builds of the planner decide alike on this scenario exactly when their diges
 ``--full-only`` stops after the full run (no balancing run, no baseline): what a comparison of the full run
 between two builds needs, at a fraction of the time.
 
+``--sweep`` then builds the same state again (the first one freed) and takes the same full run as the planner
+agent's timer takes the periodic one: a :class:`~coordinator.planner.sweep.Sweep` in slices of ``SWEEP_CHUNK``
+segments (``--chunk N``), each a scoped run. It prints the sweep's total (wall and CPU, against the full run's in
+the same process: the ratio), its slices (median, p99, and the longest: what a publish waits behind at most) and
+the longest slice as a fraction of the full run's wall time (baseline in the same run: the full run).
+
 Run: ``.venv/bin/python -m bench.planner`` (``--quick``: 60 servers, 100k segments; ``--one-run``;
-``--baseline-candidates N``, 0: none; ``--no-freeze``; ``--full-only``).
+``--baseline-candidates N``, 0: none; ``--no-freeze``; ``--full-only``; ``--sweep [--chunk N]``).
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import statistics
 import sys
@@ -42,7 +49,8 @@ import time
 
 from coordinator.planner.balancing import DEFAULT_SLICE_DRAWS, BalancingRun
 from coordinator.planner.cluster import ClusterView, Server, ServerState
-from coordinator.planner.planner import _Run
+from coordinator.planner.planner import _Run, plan_state
+from coordinator.planner.sweep import SWEEP_CHUNK, Sweep
 from coordinator.rules.dynamic_config import DynamicConfig
 from coordinator.rules.ruleset import RuleSet
 from events import Interval, SegmentDescriptor, parse_instant
@@ -108,6 +116,10 @@ def main() -> None:
                  sorted(result.metrics.items(), key=str)):
         digest.update(repr(part).encode())
     print(f"  decisions digest {digest.hexdigest()[:16]}")
+    if "--sweep" in sys.argv and split:
+        del run, result, state
+        gc.collect()
+        sweep(view, tiers, planning, planning_cpu, decisions, _option("--chunk", SWEEP_CHUNK))
     if "--full-only" in sys.argv:
         return
     if split:  # the balancing stages as the agent takes them: one run in slices, events planned between them
@@ -128,6 +140,47 @@ def main() -> None:
         print(f"  both: {planning + total:6.1f} s (one run of every stage did the same work before)")
     print(f"  with the cost indexes' build: {planning + caches:6.1f} s")
     baseline(run, _option("--baseline-candidates", 100))
+
+
+def sweep(view: ClusterView, tiers: dict[str, list[str]], full_s: float, full_cpu: float, full_decisions: int,
+          chunk: int) -> None:
+    """The same full run as a sweep in slices of ``chunk`` segments, on the same state built again."""
+    t0 = time.perf_counter()
+    state = view.placement()
+    for tier in sorted(tiers):
+        state.tier_index(tier)
+    built = time.perf_counter() - t0
+    if "--no-freeze" not in sys.argv:
+        FrozenHeap().start()
+    run = Sweep(run=view.run, started=view.now)
+    slices: list[float] = []
+    decisions = loads = marking = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    while not run.done:
+        began = time.perf_counter()
+        piece = run.next_slice(state, chunk)
+        if piece.mark_sources is not None:
+            state.mark_all = False  # the whole-cluster marking under way, source by source (as the agent does)
+        part = plan_state(state, view.now, view.run, view.coordinator_start, False, balance=False,
+                          scope=piece.scope, mark_overshadowed=piece.mark_sources is not None, drained=run.drained,
+                          mark_sources=piece.mark_sources)
+        slices.append(time.perf_counter() - began)
+        marking += piece.mark_sources is not None
+        decisions += len(part.commands) + len(part.mark_unused)
+        loads += sum(1 for c in part.commands if c.type == "load")
+    total, cpu = time.perf_counter() - t0, time.process_time() - c0
+    longest = max(slices)
+    at = slices.index(longest)
+    kind = "marking" if at >= len(slices) - marking else "with the tail" if at == len(slices) - marking - 1 else \
+        "planning"
+    slices.sort()
+    print(f"  the same as a sweep (state built again in {built:.1f} s) in {len(slices):,} slices of {chunk:,} "
+          f"segments: {total:6.2f} s ({cpu:.2f} s CPU), {decisions:,} decisions ({loads:,} loads); against the full "
+          f"run: wall {total / full_s:.2f}x, CPU {cpu / full_cpu:.2f}x, decisions {decisions - full_decisions:+,}")
+    print(f"  a slice ({marking} of them marking): median {1000 * statistics.median(slices):.1f} ms, "
+          f"p99 {1000 * slices[int(0.99 * (len(slices) - 1))]:.1f} ms, max {1000 * longest:.1f} ms = "
+          f"{longest / full_s:.4f} of the full run's {full_s:.2f} s (the longest a publish waits behind: slice "
+          f"{at + 1}, {kind})")
 
 
 def _option(name: str, default: int) -> int:

@@ -183,7 +183,8 @@ class _Run:
 
     def __init__(self, state: PlacementState, *, now: int, run: int, start: int, compute_cost: bool,
                  balancing: bool = True, only_tier: str | None = None, scope: set[SegmentId] | None = None,
-                 mark_overshadowed: bool = True, per_server_caches: bool = False) -> None:
+                 mark_overshadowed: bool = True, per_server_caches: bool = False,
+                 drained: Counter[str] | None = None, mark_sources: Collection[str] | None = None) -> None:
         self.p = state
         # the reference cost source (benchmarks' baseline, tests): one ServerCostCache tree walk per server instead
         # of one query of the tier's ClusterCostIndex; the same costs to ~1e-15, so the same decisions
@@ -194,6 +195,7 @@ class _Run:
         self.only_tier = only_tier  # balance this tier alone (None: every tier)
         self.scope = scope
         self.marking = mark_overshadowed
+        self.mark_sources = mark_sources  # data sources a scoped marking judges whole (a sweep's marking slices)
         self.limits = self.config.effective(len(state.used), len(state.tier_of))
         shares = self.config.queue_shares()
         self.shares = {"loading": shares.loading, "decommissioning": shares.decommissioning,
@@ -205,7 +207,8 @@ class _Run:
         self.metrics: Counter[str] = Counter()
         self._assigned: dict[str, str] = {}  # tier -> its segment/assigned/count key (made once, not per load)
         self.moves_made: Counter[str] = Counter()  # balancing moves per tier
-        self.drained: Counter[str] = Counter()  # moves off decommissioning servers per tier
+        # moves off decommissioning servers per tier (a sweep's slices share one counter: one budget per sweep)
+        self.drained: Counter[str] = Counter() if drained is None else drained
         self._budgets: dict[str, tuple[int, int]] | None = None  # tier -> (maxSegmentsToMove, drains reserved)
         self.cursor: dict[str, int] = {}  # round robin: tier -> next position for a first copy (see rotation)
         self._rr_order: dict[str, dict[str, int]] = {}  # round robin: tier -> server -> position in the tier
@@ -608,8 +611,17 @@ class _Run:
         p = self.p
         classes = self.classes("load")
         if self.scope is not None:  # a few segments: ask each (the per-tier sets would cost the whole cluster)
-            return {sid for t, m in classes for sid in m
-                    if any(p.copies(sid, tier).total < want for tier, want in t.replicants.items())}
+            loaded_in, pending_in = p.loaded_in, p.pending_in
+            short: set[SegmentId] = set()
+            for t, m in classes:
+                wants = t.by_tier
+                for sid in m:  # p.copies(sid, tier).total < want for some tier, unboxed
+                    loaded, queued = loaded_in.get(sid), pending_in.get(sid)
+                    for tier, want in wants:
+                        if (loaded[tier] if loaded else 0) + (queued[tier] if queued else 0) < want:
+                            short.add(sid)
+                            break
+            return short
         depth: dict[str, int] = {}
         for t, _ in classes:
             for tier, want in t.replicants.items():
@@ -821,13 +833,39 @@ class _Run:
                 self.trim(sid, target.replicants, stage)
 
     def unload_candidates(self) -> set[SegmentId]:
-        """The segments stage 12 may act on: a scoped run's scope; in a full run, those with a copy or a queued
+        """The segments stage 12 may act on: in a scoped run, those of its scope that are unused, not under a load
+        rule, or have more copies (loaded or queued) in a tier than their target there; in a full run, those with a
+        copy or a queued
         load that are unused or under a drop rule, or have more copies in a tier than their target there (set
         arithmetic over the tiers' copies as stage 12 starts; what it does to one segment changes no other's
         copies, so the others it would visit do nothing)."""
         p = self.p
-        if self.scope is not None:
-            return set(self.scope)
+        if self.scope is not None:  # the scope, less the load-rule segments at or under their target in every tier
+            out: set[SegmentId] = set()
+            used, segments, loaded_in, pending_in = p.used, p.segments, p.loaded_in, p.pending_in
+            for sid in self.scope:
+                target = self.planned_target(sid)
+                if sid not in used or target is None or target.kind != "load":
+                    out.add(sid)  # unused, drop rule (every copy goes) or broadcast (unload skips those)
+                    continue
+                loaded, queued = loaded_in.get(sid), pending_in.get(sid)
+                if sid not in segments or not (loaded or queued):
+                    continue
+                targeted = target.replicants  # a tier with a copy whose total (loaded + queued) is above its target:
+                over = False
+                if loaded:
+                    for t, n in loaded.items():
+                        if n + (queued[t] if queued else 0) > targeted.get(t, 0):
+                            over = True
+                            break
+                if queued and not over:
+                    for t, n in queued.items():
+                        if n + (loaded[t] if loaded else 0) > targeted.get(t, 0):
+                            over = True
+                            break
+                if over:
+                    out.add(sid)
+            return out
         everywhere: set[SegmentId] = set(p.holders)
         everywhere.update(p.pending)
         for name in p.tier_of:
@@ -915,14 +953,15 @@ class _Run:
         used segments that share an instant with it, so the candidates are the used segments overlapping a
         changed one, each judged on a timeline of everything overlapping the candidates. Rules decide which
         segments need no replicas (they count as served); rule changes and the passing of time come with
-        full runs, so the neighbourhoods of changed segments are all that can change in between."""
+        full runs, so the neighbourhoods of changed segments are all that can change in between. A sweep's
+        marking slices (``mark_sources``) judge their data sources whole: over the sweep, every data source."""
         p = self.p
         if not self.marking or self.now < self.start + self.config.millis_to_wait_before_deleting:
             if p.mark_all:
                 p.mark_pending.clear()  # a full marking comes first anyway
             return
         pending, p.mark_pending = p.mark_pending, set()
-        if self.scope is None or p.mark_all:
+        if self.scope is None or (p.mark_all and self.mark_sources is None):
             p.mark_all = False
             by_source = self._used_by_source  # the run's used segments: nothing left the used set since
             if by_source is None and len(p.used) == sum(len(index) for index in p.used_index.values()):
@@ -935,6 +974,15 @@ class _Run:
                 if _versions_overlap(sids):  # asked of the ids: descriptors only where something may be hidden
                     self._mark_in(source, [p.segments[sid] for sid in sids], None)
             return
+        if self.mark_sources is not None:  # these sources whole (a full marking's part), the others around changes
+            judged = self.mark_sources
+            for source in sorted(judged):
+                index = p.used_index.get(source)
+                if index is not None:
+                    sids = list(index.keyed())
+                    if _versions_overlap(sids):
+                        self._mark_in(source, [p.segments[sid] for sid in sids], None)
+            pending = {sid for sid in pending if sid.data_source not in judged}
         candidates: dict[str, set[SegmentId]] = {}
         for sid in pending:
             index = p.used_index.get(sid.data_source)
@@ -970,14 +1018,20 @@ class _Run:
         if self.scope is None:
             self._metrics_at_start_full()
             return
+        holders, loaded_in, metrics = self.p.holders, self.p.loaded_in, self.metrics
+        unavailable = 0
         for sid, target in self.targets.items():
-            if target.kind != "load" or target.total == 0:
+            if target.kind != "load" or not target.replicants:  # (a load target's replicants are all above 0)
                 continue
-            if not self.p.holders.get(sid):
-                self.metrics["segment/unavailable/count"] += 1
-            for tier, want in target.replicants.items():
-                if 0 < self.p.copies(sid, tier).loaded < want:
-                    self.metrics[f"segment/underReplicated/count/{tier}"] += 1
+            if not holders.get(sid):
+                unavailable += 1
+                continue  # no holder: no loaded copy in any tier
+            loaded = loaded_in.get(sid)
+            for tier, want in target.by_tier:
+                if want > 1 and loaded and 0 < loaded[tier] < want:  # p.copies(sid, tier).loaded, unboxed
+                    metrics[f"segment/underReplicated/count/{tier}"] += 1
+        if unavailable:
+            metrics["segment/unavailable/count"] += unavailable
 
     def _metrics_at_start_full(self) -> None:
         """:meth:`metrics_at_start` for every segment at once: set arithmetic over the tiers' loaded copies."""
@@ -1159,7 +1213,8 @@ def plan(view: ClusterView, compute_cost: bool = True, *, balance: bool = True,
 
 def plan_state(state: PlacementState, now: int, run: int, start: int, compute_cost: bool = False, *,
                balance: bool = True, scope: set[SegmentId] | None = None, mark_overshadowed: bool = True,
-               per_server_caches: bool = False) -> Plan:
+               per_server_caches: bool = False, drained: Counter[str] | None = None,
+               mark_sources: Collection[str] | None = None) -> Plan:
     """One run over a live placement state, which it updates with every decision (the commands are folded in
     with their ids, sent at ``now``; marks leave the used set).
 
@@ -1168,10 +1223,15 @@ def plan_state(state: PlacementState, now: int, run: int, start: int, compute_co
     look at those segments alone, under the same throttles and queue shares as a full run: a publish costs its
     own loading decisions, not the cluster's. Balancing (7, 10, 11) and marking overshadowed segments unused
     look at the whole cluster whenever asked for (``balance``, ``mark_overshadowed``). ``per_server_caches``: the
-    reference cost source (see :meth:`_Run.server_costs`), the same decisions more slowly.
+    reference cost source (see :meth:`_Run.server_costs`), the same decisions more slowly. ``drained``: the
+    drains (stages 5, 9) already made per tier by earlier runs that share this run's ``maxSegmentsToMove``
+    budget (the slices of one :class:`~coordinator.planner.sweep.Sweep`), counted on by this run in place.
+    ``mark_sources`` (a scoped run that marks): data sources judged whole, as a full run judges every one (a
+    sweep's marking slices), besides the neighbourhoods of what changed in the others.
     """
     return _Run(state, now=now, run=run, start=start, compute_cost=compute_cost, balancing=balance, scope=scope,
-                mark_overshadowed=mark_overshadowed, per_server_caches=per_server_caches).run()
+                mark_overshadowed=mark_overshadowed, per_server_caches=per_server_caches, drained=drained,
+                mark_sources=mark_sources).run()
 
 
 def balance_tier(view: ClusterView, tier: str, caches: dict[str, ServerCostCache] | None = None,

@@ -54,6 +54,7 @@ from coordinator.placement.records import InFlight
 from coordinator.placement.state import PlacementState, Touched
 from coordinator.planner.cluster import ClusterView, Server, ServerState
 from coordinator.planner.planner import FULL_RUN_EVERY_MS, Plan, plan_state
+from coordinator.planner.sweep import SWEEP_CHUNK, Sweep
 from coordinator.rules.dynamic_config import DynamicConfig
 from coordinator.rules.ruleset import RuleSet
 from events.cluster import (
@@ -652,7 +653,8 @@ class Simulator:
         return True
 
     # -- runs ------------------------------------------------------------------------------------------
-    def run(self, compute_cost: bool = True, planner: str = "full", fresh_caches: bool = False) -> list[RunReport]:
+    def run(self, compute_cost: bool = True, planner: str = "full", fresh_caches: bool = False,
+            sweep_chunk: int = SWEEP_CHUNK) -> list[RunReport]:
         """Every run of the scenario.
 
         ``planner="incremental"`` plans each run like the planner agent does: a run after a server, rule,
@@ -660,12 +662,18 @@ class Simulator:
         since the last run touched (loads completed, publishes, marks) plus those earlier runs left short
         (``Plan.deferred``), and every ``FULL_RUN_EVERY_MS`` of scenario time at every segment (period rules
         move segments as time passes). Both planners end every scenario in the same state (a test checks it).
+        ``planner="sweep"`` is the incremental planner as the planner agent's timer runs it: the first run and
+        the periodic ones look at every segment in a :class:`~coordinator.planner.sweep.Sweep` of
+        ``sweep_chunk`` segments per slice, every slice after the run's own plan (their decisions join that run's
+        plan: a run is a coordinator period, in which the agent takes many slices), while runs after a server,
+        rule, config or clock change still look at every segment at once.
         ``fresh_caches`` drops the fold's cost caches before every run (they are rebuilt: same plans)."""
-        if planner not in ("full", "incremental"):
-            raise ScenarioError(f"planner: 'full' or 'incremental', got {planner!r}")
+        if planner not in ("full", "incremental", "sweep"):
+            raise ScenarioError(f"planner: 'full', 'incremental' or 'sweep', got {planner!r}")
         reports = []
         deferred: set[SegmentId] = set()
         last_full: int | None = None
+        sweep: Sweep | None = None
         for run in range(1, self.scenario.runs + 1):
             clock = self.now
             for e in self.scenario.events:
@@ -674,13 +682,29 @@ class Simulator:
             touched, self.touched = self.touched, Touched()
             if fresh_caches:
                 self.state.caches.clear()
-            full = planner == "full" or last_full is None or touched.cluster or self.now != clock or \
-                self.now - last_full >= FULL_RUN_EVERY_MS
+            due = last_full is None or self.now - last_full >= FULL_RUN_EVERY_MS
+            full = planner == "full" or touched.cluster or self.now != clock or (due and planner == "incremental")
+            if planner == "sweep" and due and not full and sweep is None:
+                sweep = Sweep(run=run, started=self.now)
             scope = None if full else (touched.segments | deferred)
             result = plan_state(self.state, self.now, run, self.start, compute_cost, scope=scope)
             if full:
                 last_full = self.now
             deferred = set(result.deferred) | {sid for sid, _ in result.mark_unused}
+            while sweep is not None:  # its slices after the run's own plan (which balanced already)
+                current = sweep
+                piece = current.next_slice(self.state, sweep_chunk)
+                if piece.final:
+                    last_full, sweep = current.started, None
+                wait = self.state.config.millis_to_wait_before_deleting
+                if piece.mark_sources is not None and self.now >= self.start + wait:
+                    self.state.mark_all = False  # the whole-cluster marking under way, source by source
+                part = plan_state(self.state, self.now, run, self.start, compute_cost, balance=False,
+                                  scope=piece.scope, mark_overshadowed=piece.mark_sources is not None,
+                                  drained=current.drained, mark_sources=piece.mark_sources)
+                deferred = (deferred - piece.scope) | set(part.deferred) | {sid for sid, _ in part.mark_unused}
+                result = Plan(result.commands + part.commands, result.mark_unused + part.mark_unused,
+                              result.metrics, result.unknown_tiers, result.deferred | part.deferred)
             for sid, _reason in result.mark_unused:  # the coordinator's marks reach the metadata store
                 self.used[sid] = False
             planned = self.snapshot()

@@ -239,11 +239,11 @@ def _planner_timer(planner: PlannerAgent, pool: ThreadPoolExecutor, observe: Obs
             return
         try:
             await delivery.off_loop(pool, planner.tick, int(time.time() * 1000))
-            # a balancing run goes on in slices, one executor job each: the agent's batches queue between them
+            # a balancing run or a sweep goes on in slices, one executor job each: the agent's batches queue between
             until = time.monotonic() + plan_every_s
-            while (planner.balancing_in_progress and time.monotonic() < until
+            while (planner.slicing and time.monotonic() < until
                    and max(planner.last_batch_size, last_fetched()) < BATCH_MAX):
-                await delivery.off_loop(pool, planner.balance_slice, int(time.time() * 1000))
+                await delivery.off_loop(pool, planner.next_slice, int(time.time() * 1000))
         except Exception:
             log.exception("planner timer run failed; exiting so a restart resumes from the store")
             logging.shutdown()

@@ -47,8 +47,13 @@ Balancing (stages 7, 10, 11) runs on the timer and after batches holding a
 server, rule or config change, not after every publish or announce: those get
 their loads and drops at once, their moves at the next timer run, as Druid
 balances once per coordinator period. With ``balancing=False`` (the Spark
-balancer makes the moves) it never balances. Per-server cost caches stay alive
-across runs in a :class:`~coordinator.planner.cost_shelf.CostCacheShelf`
+balancer makes the moves) it never balances.
+The timer's look at every segment (its first tick, then every ``FULL_RUN_EVERY_MS``) is a
+:class:`~coordinator.planner.sweep.Sweep`: the tick begins it and takes its first slice, the shell takes
+the others between batches (:meth:`next_slice`, in turns with a balancing run's), each a scoped run of
+``sweep_chunk`` segments; its cursor and drains are committed with every slice and resumed after a restart
+(``sweep_chunk`` 0, or ``incremental=False``: the timer's run is one full run, as before).
+Per-server cost caches stay alive across runs in a :class:`~coordinator.planner.cost_shelf.CostCacheShelf`
 (reconciled to each run's placement; the plans are those of fresh caches).
 
 **Liveness** (:mod:`coordinator.placement.liveness`, docs/liveness.md). Folding a
@@ -133,6 +138,7 @@ import random
 import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -152,6 +158,7 @@ from coordinator.placement.settled import DEFAULT_WINDOW, SettledWindow
 from coordinator.placement.state import PlacementState, Touched
 from coordinator.planner.balancing import DEFAULT_PERIOD_MS, DEFAULT_SLICE_DRAWS, BalancingRun
 from coordinator.planner.planner import FULL_RUN_EVERY_MS, Plan, PlanCommand, plan_state
+from coordinator.planner.sweep import SWEEP_CHUNK, Sweep
 from events.cluster import ServerLeft, ServerLost
 from events.commands import CancelSegmentLoad, DropSegment, LoadSegment
 from events.compiled import constructor, trusted_constructor
@@ -178,6 +185,7 @@ FAULT_ENV = "SEGCOORD_PLANNER_FAULT"  # crash tests only: see _fault_point
 _load_segment = trusted_constructor(LoadSegment)
 _drop_segment = trusted_constructor(DropSegment)
 _envelope = constructor(Envelope)  # Envelope's __init__ only stores its fields
+SWEEP_FAULT_SALT = 1 << 40  # sweep slices' kill points (_fault_point), apart from timer runs' and balancing's
 PENDING_MAX = 2000  # records of batches that sent nothing kept uncommitted at most (a catch-up commits this often)
 __all__ = ["FORMAT_VERSION", "STORE_NAME", "PlannerAgent", "command_id", "load_state"]
 
@@ -257,6 +265,16 @@ class PlannerAgent:
                                               start=self.state.start)
             self.balancing_run.moves.update(resumed["moved"])
         self.last_full_run: int | None = None  # event time of the last full run in this process (None: none yet)
+        self.sweeps: int = meta.get("sweeps", 0)  # sweeps begun (the periodic full run in slices)
+        self.sweep: Sweep | None = None  # the sweep in progress (slices left)
+        resumed_sweep = meta.get("sweep")
+        if resumed_sweep is not None and incremental:  # its cursor and drains as committed with its last slice
+            self.sweep = Sweep.resume(resumed_sweep)
+            # its marking starts over: the changes noted for the sources it judged before the restart were not
+            # stored (a restored state asks for a whole-cluster marking, mark_all)
+            self.sweep.marked = None
+        self.sweep_chunk = SWEEP_CHUNK  # segments per sweep slice
+        self._sweep_turn = True  # next_slice alternates between a sweep in progress and a balancing run
         self.deferred: set[SegmentId] = set()  # segments the last runs left short: in every next run's scope
         self._next = store.offsets()
         # the offsets and applied ids of batches that sent nothing, not committed yet: the next commit writes them
@@ -418,8 +436,10 @@ class PlannerAgent:
     def tick(self, wall_ms: int) -> int:
         """A timer run at the shell's clock: returns the number of events emitted. It settles timed-out commands,
         plans what they and earlier runs left short, balances, marks overshadowed segments unused, and looks at
-        every segment (a full run) on its first tick and then every ``FULL_RUN_EVERY_MS`` (period rules move
-        segments between rules as time passes)."""
+        every segment on its first tick and then every ``FULL_RUN_EVERY_MS`` (period rules move segments between
+        rules as time passes). An incremental planner looks at every segment in a :class:`Sweep`: the tick begins
+        it and takes its first slice, :meth:`next_slice` the others, between batches (a publish never waits for a
+        whole full run); without ``incremental``, the tick's run is the full run."""
         st = self.state
         if st.start is None:
             return 0  # nothing ever happened
@@ -430,29 +450,102 @@ class PlannerAgent:
             if st.dirty or self._pending is not None:
                 self._commit(self._batch())
             return 0
-        full = not self.incremental or self.last_full_run is None or now - self.last_full_run >= FULL_RUN_EVERY_MS
+        due = self.last_full_run is None or now - self.last_full_run >= FULL_RUN_EVERY_MS
+        full = not self.incremental or (due and self.sweep_chunk <= 0)
+        sweeping = self.incremental and self.sweep_chunk > 0
+        # a whole-cluster marking (mark_all: the first after a start, or after the wait for deleting passed) is a
+        # sweep's, in slices: the timer's own run then leaves marking to it
+        wide = sweeping and st.mark_all and now >= st.start + st.config.millis_to_wait_before_deleting
+        if sweeping and (due or wide) and self.sweep is None:
+            self.sweeps += 1
+            self.sweep = Sweep(run=self.sweeps, started=now)
         scope = None if full else expired.segments | self.deferred
-        result = self._run(now, scope, balance=False, mark=True)
-        if not result.commands and not result.mark_unused:
-            emitted = self._balance_slice(now, start=True)
-            if emitted:
-                self.sink.flush()
-                _fault_point(self._next, self.runs)
-            # or timed-out commands settled (a move's drop half touches no projection), or batches left uncommitted
-            if emitted or st.dirty or self._pending is not None:
-                self._commit(self._batch())
-            return emitted
-        pre = self.store.batch()  # the run number first: its ids are never reused for other content
-        pre.put(_key("meta", ""), codec.value(st, "meta", "", self._meta()) or b"")
-        self.store.commit(pre)
-        emitted = self._emit(result, now, ("planner:timer:" + self.timer_salt + self.topics.name(COMMANDS), 0,
-                                           self.runs), None)
+        result = self._run(now, scope, balance=False, mark=not (sweeping and st.mark_all))
+        emitted = 0
+        if result.commands or result.mark_unused:
+            self._commit_run_number()
+            emitted = self._emit(result, now, ("planner:timer:" + self.timer_salt + self.topics.name(COMMANDS), 0,
+                                               self.runs), None)
+        swept = self.sweep is not None
+        if swept:
+            emitted += self._sweep_slice(now)
         emitted += self._balance_slice(now, start=True)
         self.sink.flush()
         if emitted:
             _fault_point(self._next, self.runs)
-        self._commit(self._batch())
+        # or timed-out commands settled (a move's drop half touches no projection), or batches left uncommitted, or
+        # a sweep's progress
+        if emitted or swept or st.dirty or self._pending is not None:
+            self._commit(self._batch())
         return emitted
+
+    def _commit_run_number(self, sweep: dict[str, Any] | None = None) -> None:
+        """Commit the run counter before a run's marks go out: their ids are never reused for other content.
+        ``sweep``: the progress to store with it (a sweep slice's: its cursor before the chunk, which a crash before
+        the slice's own commit must plan again), else the sweep's as it is."""
+        meta = self._meta()
+        if sweep is not None:
+            meta["sweep"] = sweep
+        pre = self.store.batch()
+        pre.put(_key("meta", ""), codec.value(self.state, "meta", "", meta) or b"")
+        self.store.commit(pre)
+
+    @property
+    def slicing(self) -> bool:
+        """Whether a sweep or a balancing run has slices left (the shell keeps calling :meth:`next_slice`)."""
+        return self.sweep is not None or self.balancing_run is not None
+
+    def next_slice(self, wall_ms: int) -> int:
+        """One slice of the sweep or of the balancing run in progress (in turns when both are), at the shell's
+        clock (never earlier than the latest event time), emitted, flushed and committed with its progress.
+        Returns the events emitted (0 with nothing in progress)."""
+        if self.sweep is not None and (self.balancing_run is None or self._sweep_turn):
+            self._sweep_turn = False
+            emitted = self._sweep_slice(max(wall_ms, self.state.last_event_at))
+            self.sink.flush()
+            if emitted:
+                _fault_point(self._next, SWEEP_FAULT_SALT + self.runs)  # salted apart from the other kill points
+            self._commit(self._batch())
+            return emitted
+        self._sweep_turn = True
+        return self.balance_slice(wall_ms)
+
+    def _sweep_slice(self, now: int) -> int:
+        """Plan the sweep's next slice (a scoped run of its chunk of segments, or a marking slice judging whole data
+        sources for overshadowed segments), emit what it decided; the caller flushes and commits. A sweep that
+        cannot decide anything (no server, no rule that needs none) is given up: the next timer run begins
+        another."""
+        sweep = self.sweep
+        if sweep is None:
+            return 0
+        if not self._may_decide():
+            self.sweep = None
+            if sweep.tail and sweep.judged:
+                self.state.mark_all = True  # its marking did not judge every data source
+            return 0
+        before = sweep.progress()
+        st = self.state
+        part = sweep.next_slice(st, self.sweep_chunk)
+        marking = part.mark_sources is not None
+        if marking:
+            if st.start is not None and now < st.start + st.config.millis_to_wait_before_deleting:
+                sweep.judged = False  # too early to mark: a whole-cluster marking stays to do (mark_all)
+            elif sweep.judged:
+                # the whole-cluster marking is under way, source by source: from here on what changes is judged
+                # around the change (mark_pending), by this sweep's next slices or by the timer's runs
+                st.mark_all = False
+        if part.final:
+            self.sweep = None
+            # (a full run after a server, rule or config change may have come since it began: the later counts)
+            self.last_full_run = max(sweep.started, self.last_full_run or sweep.started)
+        result = self._run(now, part.scope, balance=False, mark=marking, drained=sweep.drained,
+                           mark_sources=part.mark_sources)
+        if not result.commands and not result.mark_unused:
+            return 0
+        if result.mark_unused:
+            self._commit_run_number(before)
+        return self._emit(result, now, ("planner:sweep:" + self.timer_salt + self.topics.name(COMMANDS), 0,
+                                        self.runs), None)
 
     def decide_lost(self, wall_ms: int, now: int) -> int:
         """Send (and flush) a ``ServerLost`` for every server silent longer than ``server_timeout_ms`` at ``now``,
@@ -546,12 +639,14 @@ class PlannerAgent:
         return any(not rule.type.startswith("load") or sum(n for _, n in rule.replicants) == 0
                    for _, rules in st.rules.entries for rule in rules)
 
-    def _run(self, now: int, scope: set[SegmentId] | None, *, balance: bool, mark: bool) -> Plan:
+    def _run(self, now: int, scope: set[SegmentId] | None, *, balance: bool, mark: bool,
+             drained: Counter[str] | None = None, mark_sources: tuple[str, ...] | None = None) -> Plan:
         self.runs += 1
         st = self.state
         start = st.start if st.start is not None else now
         began = time.perf_counter()
-        result = plan_state(st, now, self.runs, start, False, balance=balance, scope=scope, mark_overshadowed=mark)
+        result = plan_state(st, now, self.runs, start, False, balance=balance, scope=scope, mark_overshadowed=mark,
+                            drained=drained, mark_sources=mark_sources)
         if self.on_run is not None:
             self.on_run(result, st, (time.perf_counter() - began) * 1000, now, scope is None)
         marked = {sid for sid, _ in result.mark_unused}  # their copies are dropped by the next run
@@ -638,7 +733,8 @@ class PlannerAgent:
                                              "moved": dict(sorted(run.moves.items()))}
         return {"runs": self.runs, "balancingRuns": self.balancing_runs, "balancedAt": self.balanced_at,
                 "balanceRequested": self.balance_requested,
-                "balancingRun": progress}
+                "balancingRun": progress, "sweeps": self.sweeps,
+                "sweep": None if self.sweep is None else self.sweep.progress()}
 
     def _batch(self) -> StoreBatch:
         """The write batch to add to: the one batches that sent nothing left uncommitted, else a new one."""

@@ -43,10 +43,10 @@ API reads the planner's state on that thread too (with short GIL slices while a
 call runs long, :func:`~streaming.service.delivery.on_pool`, so the worker's
 event-loop agents keep their batches flowing). The timer run (which also decides
 ``server_lost``, :meth:`PlannerAgent.decide_lost`) comes every ``plan_every_s``;
-a balancing run it starts goes on in slices, one between two fetched batches
-(:meth:`PlannerAgent.balance_slice`), and pauses while the feed reads full
-batches (catching up), so a publish never waits for a whole balancing run. A planner failure ends the
-process with status 70 (0 when a stop was asked for), as any agent failure does.
+a balancing run or a sweep (the periodic full run) it starts goes on in slices, one between two fetched
+batches (:meth:`PlannerAgent.next_slice`), and pauses while the feed reads full
+batches (catching up), so a publish never waits for a whole balancing run or periodic full run. A planner
+failure ends the process with status 70 (0 when a stop was asked for), as any agent failure does.
 """
 
 from __future__ import annotations
@@ -238,8 +238,8 @@ class PlannerFeed:
                 if time.monotonic() >= next_tick:
                     next_tick = time.monotonic() + self.plan_every_s
                     on_pool(self.pool, planner.tick, int(time.time() * 1000))
-                elif planner.balancing_in_progress:  # one slice between two batches
-                    on_pool(self.pool, planner.balance_slice, int(time.time() * 1000))
+                elif planner.slicing:  # one slice (of a sweep or a balancing run) between two batches
+                    on_pool(self.pool, planner.next_slice, int(time.time() * 1000))
         finally:
             if planner.catching_up:
                 planner.abandon_catch_up()

@@ -139,12 +139,12 @@ def commanded(commands: list[Envelope[Event]], answers: list[Envelope[Event]]) -
     return out
 
 
-SCHEDULING = ("runs", "balancingRuns", "balancedAt", "balanceRequested", "balancingRun")
+SCHEDULING = ("runs", "balancingRuns", "balancedAt", "balanceRequested", "balancingRun", "sweeps", "sweep")
 
 
 def store_contents(path: Path) -> dict[bytes, bytes]:
     """The whole store (data, offsets, applied ids, format marker) but the agent's own scheduling: the plan-run
-    counter and the balancing run's timing and progress (they depend on when the timer fired)."""
+    counter, the balancing run's and the sweep's timing and progress (they depend on when the timer fired)."""
     with AgentStateStore(path, FORMAT_VERSION) as store:
         assert not store.wiped
         out = dict(store.scan_raw(b""))

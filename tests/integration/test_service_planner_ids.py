@@ -82,14 +82,14 @@ def agent(path: Path, sink: Sink) -> tuple[PlannerAgent, AgentStateStore]:
 
 
 def stored(path: Path) -> dict[bytes, bytes]:
-    """Everything the store holds but the plan-run counter and when balancing last began (how often and when it
-    planned depend on the batch cuts)."""
+    """Everything the store holds but the plan-run counter, when balancing last began and the sweeps' counter and
+    progress (how often and when it planned depend on the batch cuts)."""
     with AgentStateStore(path, FORMAT_VERSION) as store:
         out = dict(store.scan_raw(b""))
     import orjson
 
     meta = orjson.loads(out.pop(b"data/meta/"))
-    scheduling = ("runs", "balancingRuns", "balancedAt")
+    scheduling = ("runs", "balancingRuns", "balancedAt", "sweeps", "sweep")
     out[b"data/meta/"] = orjson.dumps({k: v for k, v in meta.items() if k not in scheduling})
     return out
 

@@ -56,10 +56,12 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios())
-def test_at_quiescence_a_full_plan_has_nothing_to_do(doc: dict[str, Any]) -> None:
+@given(scenarios(), st.sampled_from(["incremental", "sweep"]), st.integers(1, 4))
+def test_at_quiescence_a_full_plan_has_nothing_to_do(doc: dict[str, Any], planner: str, chunk: int) -> None:
+    """Also with the first and periodic full runs taken as sweeps in slices of ``chunk`` segments: a completed
+    sweep leaves the cluster where one full run leaves it, nothing for a full plan to do."""
     sim = Simulator(Scenario.parse(doc))
-    reports = sim.run(planner="incremental", compute_cost=False)
+    reports = sim.run(planner=planner, compute_cost=False, sweep_chunk=chunk)
     want = doc["rules"]["_default"][0]["tieredReplicants"]
     for r in reports:  # the queue limit holds at every step (0: unlimited)
         limits = sim.config.effective(len(r.used), len(r.servers))

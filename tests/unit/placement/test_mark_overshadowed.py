@@ -64,6 +64,24 @@ def test_scoped_marking_equals_a_full_marking(steps: list[tuple[str, SegmentDesc
         assert state.used == full.used
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(step, min_size=1, max_size=40))
+def test_a_sweeps_marking_slice_judging_every_source_whole_equals_a_full_marking(
+        steps: list[tuple[str, SegmentDescriptor, str]]) -> None:
+    """A sweep's marking slices (coordinator/planner/sweep.py) judge data sources whole: over all sources, what a
+    full marking marks, with no change noted to look around (the changes were noted before the sweep began)."""
+    state = PlacementState()
+    for name in SERVERS:
+        state.set_server(name, ServerFacts("_default_tier", 1 << 40))
+    for i, (kind, seg, server) in enumerate(steps):
+        state.evolve(Envelope(_event(kind, seg, server), f"e{i}", Instant(T0 + i), "wiki"))
+    expected = _marks(copy.deepcopy(state), 1, scoped=False)
+    state.mark_all = False
+    state.mark_pending.clear()
+    plan = plan_state(state, LATER, 1, T0, balance=False, scope=set(), mark_sources=tuple(sorted(state.used_index)))
+    assert {str(sid) for sid, _reason in plan.mark_unused} == expected
+
+
 def test_a_block_is_marked_when_the_last_hour_that_covers_it_is_served() -> None:
     """Given a 4-hour v1 block and newer v2 hours 1-3 served, when hour 0 of v2 is served, then the block is
     overshadowed, though hours 1-3 do not overlap the hour that changed (the block's neighbourhood counts)."""
