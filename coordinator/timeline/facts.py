@@ -176,7 +176,11 @@ def restore(facts: Iterable[tuple[SegmentId, SegmentFacts]], known: Iterable[tup
     the data sources of ``facts`` are rebuilt in that Timelines (the others are kept) and the ids are added."""
     used: dict[str, list[SegmentDescriptor]] = {}
     online: dict[str, dict[SegmentId, tuple[SegmentDescriptor, tuple[str, ...]]]] = {}
+    ids: dict[SegmentId, SegmentId] = {}  # one object per id, as the incremental fold has (Timelines.intern)
     for sid, f in facts:
+        if f.segment._id is not sid and f.segment.id == sid:
+            object.__setattr__(f.segment, "_id", sid)
+        ids[sid] = sid
         if f.used:
             used.setdefault(sid.data_source, []).append(f.segment)
         if f.servers:
@@ -185,7 +189,7 @@ def restore(facts: Iterable[tuple[SegmentId, SegmentFacts]], known: Iterable[tup
     for ds in sorted(set(used) | set(online)):
         timelines._by_source[ds] = Timeline.build(ds, used.get(ds, ()), online.get(ds, {}))
     for text, sid in known:
-        timelines._ids[text] = sid
+        timelines._ids[text] = ids.get(sid, sid)
     return timelines
 
 
