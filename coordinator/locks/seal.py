@@ -58,8 +58,7 @@ from events.envelope import Envelope
 from events.registry import Event
 from events.segments import SegmentsMarkedUnused, SegmentsMarkedUsed, SegmentsPublished
 
-__all__ = ["Sealed", "message_as_read", "publish_refusal", "seal_event", "seal_of", "seal_publish", "sealed_publish",
-           "use_refusal"]
+__all__ = ["Sealed", "publish_refusal", "seal_event", "seal_of", "seal_publish", "sealed_publish", "use_refusal"]
 
 #: The events that change what is used: each carries the coordinator's seal.
 Sealed = SegmentsPublished | SegmentsMarkedUsed | SegmentsMarkedUnused
@@ -187,21 +186,7 @@ def seal_event(env: Envelope[E], key: bytes) -> Envelope[E]:
     return sealed
 
 
-def message_as_read(doc: Any) -> tuple[Any, bytes] | None:
-    """The ``seal`` a parsed message value (``doc = orjson.loads(value)``) carries and the bytes
-    :func:`_verifies_as_read` checks it over (that JSON without the seal, keys sorted); None when the value has no
-    payload ``seal`` to take out. ``doc`` is not modified. A decode that parses the value anyway hands these to
-    :func:`use_refusal` (``read``), so the check neither parses the value again nor keeps the parsed tree."""
-    try:
-        payload = doc["payload"]
-        seal = payload["seal"]
-        rest = {**doc, "payload": {k: v for k, v in payload.items() if k != "seal"}}
-    except (TypeError, KeyError, AttributeError):
-        return None
-    return seal, orjson.dumps(rest, option=orjson.OPT_SORT_KEYS)
-
-
-def _verifies_as_read(value: bytes, seal: str, key: bytes, read: tuple[Any, bytes] | None = None) -> bool:
+def _verifies_as_read(value: bytes, seal: str, key: bytes) -> bool:
     """Whether ``seal`` verifies over the JSON of the message value itself (its ``seal`` taken out, keys sorted).
 
     Sound as a shortcut of the full check: the key's holder only ever seals ``env.to_json()`` (without the seal) of
@@ -210,12 +195,7 @@ def _verifies_as_read(value: bytes, seal: str, key: bytes, read: tuple[Any, byte
     is ``seal``. False does not refuse anything: the caller then computes the full check (a value whose JSON is
     not the canonical encoding of its envelope, such as an older schema version, takes that path). It saves
     re-encoding the decoded envelope (``to_json``: a third of the check, py-spy of ``bench.service --only
-    agent``) for the values the coordinator wrote, which are their envelope's encoding.
-
-    ``read``: :func:`message_as_read` of ``orjson.loads(value)``, when the caller has it: the value is then not
-    parsed a second time."""
-    if read is not None:
-        return read[0] == seal and hmac.compare_digest(seal, _hmac_hex(key, read[1]))
+    agent``) for the values the coordinator wrote, which are their envelope's encoding."""
     try:
         doc = orjson.loads(value)
         if doc["payload"].pop("seal") != seal:
@@ -225,22 +205,20 @@ def _verifies_as_read(value: bytes, seal: str, key: bytes, read: tuple[Any, byte
     return hmac.compare_digest(seal, _hmac_hex(key, orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)))
 
 
-def use_refusal(env: Envelope[Event], key: bytes, value: bytes | None = None,
-                read: tuple[Any, bytes] | None = None) -> str | None:
+def use_refusal(env: Envelope[Event], key: bytes, value: bytes | None = None) -> str | None:
     """Why no fold may take this event as a change of what is used, or None (another event type, or sealed).
 
     A publish needs its lockbox decision (``decisionId``) and a seal that verifies; a mark
     (``segments_marked_used``/``segments_marked_unused``) a seal that verifies. An envelope this process sealed
     under ``key`` (the same object, see :class:`_Vouched`) verifies without computing its HMAC again. ``value``:
     the message value ``env`` was decoded from, when the caller has it; a seal that verifies over it
-    (:func:`_verifies_as_read`) verifies without re-encoding ``env``; ``read``: :func:`message_as_read` of
-    ``orjson.loads(value)``, when the caller has it. The answer is the same with or without them."""
+    (:func:`_verifies_as_read`) verifies without re-encoding ``env``. The answer is the same with or without it."""
     event = env.event
     if isinstance(event, SegmentsPublished):
         if event.decision_id is None or event.seal is None:
             return (f"segments_published {env.event_id} carries no lockbox decision (decisionId): "
                     "only the lockbox publishes")
-        if VOUCHED.vouches(env, key) or (type(value) is bytes and _verifies_as_read(value, event.seal, key, read)):
+        if VOUCHED.vouches(env, key) or (type(value) is bytes and _verifies_as_read(value, event.seal, key)):
             return None
         if not hmac.compare_digest(event.seal, seal_of(env, key)):  # type: ignore[arg-type]
             return f"segments_published {env.event_id}: the seal does not verify (not written by the lockbox)"
@@ -248,7 +226,7 @@ def use_refusal(env: Envelope[Event], key: bytes, value: bytes | None = None,
     if isinstance(event, SegmentsMarkedUnused | SegmentsMarkedUsed):
         if event.seal is None:
             return f"{event.event_type} {env.event_id} is not sealed: only the coordinator marks segments"
-        if VOUCHED.vouches(env, key) or (type(value) is bytes and _verifies_as_read(value, event.seal, key, read)):
+        if VOUCHED.vouches(env, key) or (type(value) is bytes and _verifies_as_read(value, event.seal, key)):
             return None
         if not hmac.compare_digest(event.seal, seal_of(env, key)):  # type: ignore[arg-type]
             return f"{event.event_type} {env.event_id}: the seal does not verify (not written by the coordinator)"

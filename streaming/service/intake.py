@@ -23,14 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-import orjson
-
-from coordinator.locks.seal import Sealed, message_as_read, use_refusal
+from coordinator.locks.seal import Sealed, use_refusal
 from events.deadletter import DeadLettered
-from events.envelope import Envelope, decode, from_json
-from events.limits import MAX_EVENT_BYTES
+from events.envelope import Envelope, decode
 from events.registry import Event
 from events.schema import EventValidationError
 from streaming.consumer import dead_letter_envelope
@@ -58,7 +55,6 @@ class InputRecord:
     _decoded: Envelope[Event] | EventValidationError | None = field(default=None, compare=False, repr=False)
     _refusal_key: bytes | None = field(default=None, compare=False, repr=False)  # the key _refusal was checked under
     _refusal: str | None = field(default=None, compare=False, repr=False)
-    _read: tuple[Any, bytes] | None = field(default=None, compare=False, repr=False)  # for refusal(): see _decode
 
     def decoded(self) -> Envelope[Event]:
         """The record's envelope, decoded on the first call only; raises EventValidationError (every call)."""
@@ -69,40 +65,19 @@ class InputRecord:
                 got = SHARED.taken(self.topic, self.value, position)
                 if got is None:
                     try:
-                        got = self._decode()
+                        got = decode(self.value)
                         SHARED.decoded(self.topic, self.value, got, position)
                     except EventValidationError as e:
                         got = e
             else:
                 try:
-                    got = self._decode()
+                    got = decode(self.value)
                 except EventValidationError as e:
                     got = e
             self._decoded = got
         if isinstance(got, EventValidationError):
             raise got
         return got
-
-    def _decode(self) -> Envelope[Event]:
-        """``decode(self.value)``; of a sealed event, the seal and the bytes it is checked over are taken from the
-        decode's own parse (:func:`~coordinator.locks.seal.message_as_read`) for :meth:`refusal`, whose check over
-        the message as read parses the value again otherwise (a third of that check). Only when the envelope came
-        from that JSON unchanged (the current schema version: no upcast), so it is ``orjson.loads(value)`` as the
-        check needs (the decoders read the JSON and do not modify it). Bytes, not the parsed tree, are kept: a
-        batch's trees held to the seal check cost the collector more than the parse saved (``bench.service
-        --only agent``)."""
-        value = self.value
-        if type(value) is not bytes or len(value) > MAX_EVENT_BYTES:
-            return decode(value)  # the error of decode's own checks
-        try:
-            obj = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return decode(value)  # (raises, with decode's message)
-        env = from_json(obj)
-        event = env.event
-        if isinstance(event, Sealed) and obj.get("schema_version") == event.schema_version:
-            self._read = message_as_read(obj)
-        return env
 
     def refusal(self, env: Envelope[Event], key: bytes) -> str | None:
         """:func:`~coordinator.locks.seal.use_refusal` of ``env`` (this record's decoded envelope) under ``key``.
@@ -113,8 +88,7 @@ class InputRecord:
             return None
         if self._refusal_key == key:
             return self._refusal
-        value = self.value if type(self.value) is bytes else None
-        refused = use_refusal(env, key, value, self._read if env is self._decoded else None)
+        refused = use_refusal(env, key, self.value if type(self.value) is bytes else None)
         self._refusal = refused  # no tuple: one allocation less per record
         self._refusal_key = key
         return refused

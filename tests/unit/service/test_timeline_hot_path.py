@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.service import BytesSink
-from coordinator.locks.seal import VOUCHED, message_as_read, seal_event, use_refusal
+from coordinator.locks.seal import VOUCHED, seal_event, use_refusal
 from coordinator.timeline.facts import FactsEncoder, SegmentFacts, facts_of, id_key, parse_id_key, restore
 from coordinator.timeline.timelines import Timelines
 from events import Envelope, Event, Interval, decode, encode
@@ -191,27 +191,10 @@ def test_the_seal_checked_over_the_message_as_read_gives_the_full_check_s_answer
             for key in (publish_key(), b"another key"):
                 full = use_refusal(env, key)
                 assert use_refusal(env, key, mutated) == full
-                doc = orjson.loads(mutated)
-                assert use_refusal(env, key, mutated, message_as_read(doc)) == full
-                assert doc == orjson.loads(mutated)  # the caller's parsed value is left as it was
-                rec = InputRecord(TOPICS.name(SEGMENTS), 0, 0, None, mutated)  # the decode's own parse, kept
+                rec = InputRecord(TOPICS.name(SEGMENTS), 0, 0, None, mutated)  # as the agents ask it
                 assert rec.refusal(rec.decoded(), key) == full
                 verdicts[full is None] += 1
     assert verdicts[True] > 0 and verdicts[False] > 0
-
-
-def test_the_seal_check_of_a_record_does_not_parse_its_value_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    import coordinator.locks.seal as seal
-
-    records = [InputRecord(TOPICS.name(SEGMENTS), 0, i, None, v) for i, v in enumerate(_sealed_values())]
-    envs = [rec.decoded() for rec in records]
-
-    def no_parse(data: Any) -> Any:
-        raise AssertionError("parsed again")
-
-    monkeypatch.setattr(seal.orjson, "loads", no_parse)
-    for rec, env in zip(records, envs, strict=True):
-        assert rec.refusal(env, publish_key()) is None
 
 
 def test_a_copied_seal_on_changed_contents_is_refused_with_the_message_as_read() -> None:
