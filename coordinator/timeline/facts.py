@@ -176,7 +176,16 @@ def restore(facts: Iterable[tuple[SegmentId, SegmentFacts]], known: Iterable[tup
     the data sources of ``facts`` are rebuilt in that Timelines (the others are kept) and the ids are added."""
     used: dict[str, list[SegmentDescriptor]] = {}
     online: dict[str, dict[SegmentId, tuple[SegmentDescriptor, tuple[str, ...]]]] = {}
+    # one object per id, as the incremental fold has (Timelines.intern): the facts' descriptors and the known ids
+    # take the object ``sid`` of their facts; keyed by plain tuples (a dataclass __eq__ per id would add seconds
+    # to a restore of a million segments)
+    ids: dict[tuple[str, int, int, str, int], SegmentId] = {}
     for sid, f in facts:
+        seg, iv = f.segment, sid.interval
+        if (seg.version == sid.version and seg.partition_id == sid.partition_id and seg.data_source == sid.data_source
+                and seg.interval.start == iv.start and seg.interval.end == iv.end):
+            object.__setattr__(seg, "_id", sid)
+        ids[(sid.data_source, iv.start, iv.end, sid.version, sid.partition_id)] = sid
         if f.used:
             used.setdefault(sid.data_source, []).append(f.segment)
         if f.servers:
@@ -185,7 +194,8 @@ def restore(facts: Iterable[tuple[SegmentId, SegmentFacts]], known: Iterable[tup
     for ds in sorted(set(used) | set(online)):
         timelines._by_source[ds] = Timeline.build(ds, used.get(ds, ()), online.get(ds, {}))
     for text, sid in known:
-        timelines._ids[text] = sid
+        iv = sid.interval
+        timelines._ids[text] = ids.get((sid.data_source, iv.start, iv.end, sid.version, sid.partition_id), sid)
     return timelines
 
 

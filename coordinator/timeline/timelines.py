@@ -26,7 +26,7 @@ from coordinator.timeline.timeline import LookupEntry, StateChange, Timeline
 from events.interval import Interval
 from events.registry import Event
 from events.schema import EventValidationError
-from events.segment import SegmentId, SegmentIdError
+from events.segment import SegmentDescriptor, SegmentId, SegmentIdError
 from events.segments import (
     SegmentAnnounced,
     SegmentsMarkedUnused,
@@ -56,11 +56,11 @@ class Timelines:
         if isinstance(event, SegmentsPublished | SegmentsMarkedUsed):
             by_source: dict[str, list] = {}  # type: ignore[type-arg]
             for seg in event.segments:
-                self._ids[str(seg.id)] = seg.id
+                self.intern(seg)
                 by_source.setdefault(seg.data_source, []).append(seg)
             changes = [c for ds in sorted(by_source) for c in self.timeline(ds).publish(by_source[ds])]
         elif isinstance(event, SegmentAnnounced):
-            self._ids[str(event.segment.id)] = event.segment.id
+            self.intern(event.segment)
             changes = self.timeline(event.segment.data_source).announce(event.segment, event.server)
         elif isinstance(event, SegmentUnannounced):
             sid = self._resolve(event.segment_id, "payload.segmentId")
@@ -74,6 +74,30 @@ class Timelines:
         else:
             return []
         return changes
+
+    def intern(self, segment: SegmentDescriptor) -> SegmentId:
+        """Record the text of ``segment``'s id for later resolution (latest wins) and return the id object the fold
+        knows under it when that is an equal id, which ``segment.id`` then returns as well.
+
+        **Invariant:** an id's text resolves to an id *equal* to the latest one named under that text, as before;
+        only the object differs. The descriptor's ``id`` is a cache of ``SegmentId(dataSource, interval, version,
+        partitionId)`` (``compare=False``), so pointing it at an equal object changes no value anywhere. What it
+        changes: the fold's maps are keyed by the first object of each id, and a decoded event's descriptor
+        carries a fresh one; with the known object, every look-up of the segment (the timeline's, the agents')
+        takes the dict's identity shortcut instead of the dataclass ``__eq__`` (two Python calls per probe).
+        Equality is told by version and partition id: with the same text, those leave
+        ``<dataSource>_<start>_<end>`` equal, and an instant's text holds no ``_``, so all the fields are equal."""
+        sid = segment.id
+        ids = self._ids
+        text = str(sid)
+        known = ids.get(text)
+        if known is sid:
+            return sid
+        if known is not None and known.version == sid.version and known.partition_id == sid.partition_id:
+            object.__setattr__(segment, "_id", known)
+            return known
+        ids[text] = sid
+        return sid
 
     def _resolve(self, text: str, field: str) -> SegmentId:
         known = self._ids.get(text)

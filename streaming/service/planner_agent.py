@@ -142,7 +142,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from coordinator.locks.seal import seal_event, use_refusal
+from coordinator.locks.seal import seal_event
 from coordinator.placement import codec, fence
 from coordinator.placement.liveness import (
     DEFAULT_SERVER_TIMEOUT_MS,
@@ -321,7 +321,7 @@ class PlannerAgent:
                 continue
             if logical != COMMANDS and seen_in(env, batch, prior, c):
                 continue
-            refused = use_refusal(env, self.publish_key)  # only sealed publishes and marks (docs/security.md)
+            refused = rec.refusal(env, self.publish_key)  # only sealed publishes and marks (docs/security.md)
             if refused is not None:
                 self._bad(rec, refused)
                 continue

@@ -161,9 +161,9 @@ class StoreBatch:
         return event_id in self._applied
 
     def _write_batch(self, gen: int) -> WriteBatch:
-        prefix = _gen_prefix(gen)
+        prefix, put = _gen_prefix(gen), self._batch.put
         for event_id in sorted(self._applied):
-            self._batch.put(prefix + event_id.encode(), b"")
+            put(prefix + event_id.encode(), b"")
         for (topic, partition), offset in sorted(self.offsets.items()):
             self._batch.put(_offset_key(topic, partition), str(offset).encode())
         return self._batch

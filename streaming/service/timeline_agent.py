@@ -52,6 +52,7 @@ from typing import get_args
 
 import orjson
 
+from coordinator.locks.seal import Sealed
 from coordinator.timeline.facts import all_facts, known_ids, known_segments
 from coordinator.timeline.snapshot import PartitionSnapshot, encode_snapshot, restore_partition, take_snapshot
 from coordinator.timeline.timelines import Timelines
@@ -59,10 +60,11 @@ from events.envelope import Envelope
 from events.instant import format_instant
 from events.schema import EventValidationError, Instant
 from events.segment import SegmentId
+from events.segments import SegmentAnnounced, SegmentUnannounced
 from events.topics import SEGMENTS, SNAPSHOTS, TIMELINE, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
 from streaming import credentials
-from streaming.service.intake import AgentCounters, InputRecord, Sink, dead_letter_of, prior_ids, seen_in
+from streaming.service.intake import AgentCounters, InputRecord, Sink, dead_letter_of, prior_ids
 from streaming.service.state import AgentStateStore, StoreBatch
 from streaming.service.timeline_facts import (
     ID_PREFIX,
@@ -141,6 +143,7 @@ class TimelineAgent:
         timelines, publish_key, output_topic, values = self.timelines, self.publish_key, self.output_topic, self._values
         next_offsets, batch_offsets, adopted, partition_of = self._next, batch.offsets, self.adopted, self.partition_of
         event_ids = _EventIds()
+        applied = batch._applied  # seen_in() and mark_applied(), inline: two calls less per record
         for rec in records:
             # admit(), inline (one call less per record): below the stored next offset -> skipped; else the offset
             # moves (in memory and in the batch), whatever becomes of the record; undecodable -> dead letter
@@ -160,20 +163,24 @@ class TimelineAgent:
             except EventValidationError as e:
                 self._dead_letter(rec, str(e))
                 continue
-            if seen_in(env, batch, prior, c):
-                continue
-            refused = rec.refusal(env, publish_key)  # only the lockbox's publishes (docs/security.md)
-            if refused is not None:
-                self._dead_letter(rec, refused)
+            eid = env.event_id
+            if eid in prior or eid in applied:
+                c.duplicates += 1
                 continue
             event = env.event
+            if type(event) not in _UNSEALED:  # only the lockbox's publishes, the coordinator's marks (docs/security.md)
+                refused = rec.refusal(env, publish_key)
+                if refused is not None:
+                    self._dead_letter(rec, refused)
+                    continue
             try:
                 sids, learned = ids_of(timelines, event)  # touched; the id texts whose stored entry changes
                 changes = timelines.apply(event)
             except EventValidationError as e:
                 self._dead_letter(rec, str(e))
                 continue
-            batch.mark_applied(env.event_id, rec.timestamp_ms)
+            if eid not in applied:  # batch.mark_applied(eid, rec.timestamp_ms)
+                applied[eid] = rec.timestamp_ms or None
             c.applied += 1
             for sid in learned:
                 batch.put(ID_PREFIX + str(sid).encode(), self._facts.key(sid))
@@ -361,6 +368,10 @@ class TimelineAgent:
         self.counters.last_reasons = [*self.counters.last_reasons[-9:], reason]
 
 
+#: Event types :meth:`InputRecord.refusal` passes without a look (not :data:`~coordinator.locks.seal.Sealed`): the
+#: agent does not call it for them (a call per announce and unannounce, most of ``segments``). By exact type, so
+#: an instance of any other class, a subclass of these included, is still asked.
+_UNSEALED: frozenset[type] = frozenset(t for t in (SegmentAnnounced, SegmentUnannounced) if not issubclass(t, Sealed))
 _CHANGE_VERSION = SegmentVisibilityChanged.schema_version
 _STATES: tuple[SegmentState, ...] = get_args(SegmentState)
 _STATE_BYTES: dict[str, bytes] = {st: st.encode() for st in _STATES}

@@ -99,21 +99,28 @@ def ids_of(timelines: Timelines, event: Event) -> tuple[Sequence[SegmentId], Seq
     # ``known[str(sid)] == sid`` without the dataclass __eq__ (two Python calls): the two ids have the same text
     # ``<dataSource>_<start>_<end>_<version>[_<partition>]`` (the dict's key), and with the same version and
     # partition that leaves ``<dataSource>_<start>_<end>`` equal, where the instants' texts hold no "_": so the
-    # data source and both instants are equal too (an instant's text names one millisecond)
+    # data source and both instants are equal too (an instant's text names one millisecond). A touched id already
+    # known is returned as the fold's own object (``Timelines.intern``): the agent's look-ups of it take the
+    # identity shortcut
     if cls is SegmentAnnounced:
         sid = event.segment.id  # type: ignore[attr-defined]
         prev = known.get(str(sid))
-        same = prev is not None and prev.version == sid.version and prev.partition_id == sid.partition_id
-        return (sid,), (_NONE if same else (sid,))
+        if prev is not None and prev.version == sid.version and prev.partition_id == sid.partition_id:
+            return (prev,), _NONE
+        return (sid,), (sid,)
     if cls is SegmentUnannounced:
         return (timelines._resolve(event.segment_id, "payload.segmentId"),), _NONE  # type: ignore[attr-defined]
     if cls is SegmentsPublished or cls is SegmentsMarkedUsed:
-        sids = [s.id for s in event.segments]  # type: ignore[attr-defined]
+        sids = []
         unrecorded = []
-        for sid in sids:
+        for s in event.segments:  # type: ignore[attr-defined]
+            sid = s.id
             prev = known.get(str(sid))
             if prev is None or prev.version != sid.version or prev.partition_id != sid.partition_id:
                 unrecorded.append(sid)
+                sids.append(sid)
+            else:
+                sids.append(prev)
         return sids, unrecorded
     unrecorded = unrecorded_ids(timelines, event)  # (the order of the two calls before: only touched_ids raises)
     return touched_ids(timelines, event), unrecorded

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from bench.service import BytesSink
 from coordinator.locks.seal import VOUCHED, seal_event, use_refusal
-from coordinator.timeline.facts import FactsEncoder, facts_of, id_key
+from coordinator.timeline.facts import FactsEncoder, SegmentFacts, facts_of, id_key, parse_id_key, restore
 from coordinator.timeline.timelines import Timelines
 from events import Envelope, Event, Interval, decode, encode
 from events.ids import derived_event_id
@@ -191,6 +191,8 @@ def test_the_seal_checked_over_the_message_as_read_gives_the_full_check_s_answer
             for key in (publish_key(), b"another key"):
                 full = use_refusal(env, key)
                 assert use_refusal(env, key, mutated) == full
+                rec = InputRecord(TOPICS.name(SEGMENTS), 0, 0, None, mutated)  # as the agents ask it
+                assert rec.refusal(rec.decoded(), key) == full
                 verdicts[full is None] += 1
     assert verdicts[True] > 0 and verdicts[False] > 0
 
@@ -238,3 +240,80 @@ def test_the_store_holds_the_fold_s_facts_after_every_batch_though_only_named_se
             assert stored_states(store) == all_states(agent.timelines)
         overshadowed = [s for s in all_states(agent.timelines).values() if s in ("overshadowed", "standby")]
         assert overshadowed, "the stream changes states of segments it does not name"
+
+
+def _keys_of(timelines: Timelines) -> dict[SegmentId, SegmentId]:
+    """Every id the fold keys a segment by (descriptor, used flag or servers), mapped to the key object itself."""
+    keys: dict[SegmentId, SegmentId] = {}
+    for ds in timelines.data_sources():
+        tl = timelines.timeline(ds)
+        for sid in [*tl._segments, *tl._used, *tl._servers]:
+            keys.setdefault(sid, sid)
+    return keys
+
+
+def _descriptors(event: Event) -> tuple[SegmentDescriptor, ...]:
+    if isinstance(event, SegmentAnnounced):
+        return (event.segment,)
+    return tuple(getattr(event, "segments", ()))
+
+
+def test_a_decoded_event_names_the_fold_s_own_id_objects() -> None:
+    """Every event decoded from its bytes (as a worker reads it: fresh objects), folded: the ids ``ids_of`` gives
+    the agent and the descriptors' ids are the objects the fold keys its maps by (the agent's look-ups take the
+    identity shortcut), one object per id in all the fold's maps, with the states and id resolution of a fold
+    that shares no object with it (the interning changes no value). Not for an id whose text another id has (the
+    stream's twins): the text resolves to the latest of them, so the other's objects are not interned."""
+    stream = _stream(5, 3000)
+    by_text: dict[str, set[SegmentId]] = {}
+    for env in stream:
+        for seg in _descriptors(env.event):
+            by_text.setdefault(str(seg.id), set()).add(seg.id)
+    twins = {sid for ids in by_text.values() if len(ids) > 1 for sid in ids}
+    assert twins
+    timelines, plain, named = Timelines(), Timelines(), 0
+    for env in stream:
+        event = decode(encode(env)).event
+        try:
+            touched, _ = ids_of(timelines, event)
+            changes = timelines.apply(event)
+        except EventValidationError:
+            continue
+        keys = _keys_of(timelines)
+        for sid in touched:
+            if sid in keys and sid not in twins:
+                assert keys[sid] is sid
+                named += 1
+        for seg in _descriptors(event):
+            if seg.id not in twins:
+                assert keys[seg.id] is seg.id
+        assert changes == plain.apply(decode(encode(env)).event)
+        for ds in timelines.data_sources():  # one object per id across the timeline's maps
+            tl = timelines.timeline(ds)
+            for sid in [*tl._segments, *tl._used, *tl._servers]:
+                assert sid in twins or keys[sid] is sid
+    assert named > 1000
+    assert all_states(timelines) == all_states(plain)
+    assert timelines._ids == plain._ids
+
+
+def test_a_restored_fold_has_one_id_object_per_segment() -> None:
+    """After a restore (a restart), the id texts resolve to the objects the timeline keys its maps by."""
+    timelines = Timelines()
+    for env in _stream(6, 2000):
+        try:
+            timelines.apply(decode(encode(env)).event)
+        except EventValidationError:
+            continue
+    facts = [(parse_id_key(id_key(sid)), SegmentFacts.from_bytes(f.to_bytes()))
+             for sid, f in all_facts(timelines).items()]
+    known = [(text, parse_id_key(id_key(sid))) for text, sid in timelines._ids.items()]
+    restored = restore(facts, known)
+    keys = _keys_of(restored)
+    assert all_states(restored) == all_states(timelines)
+    shared = [sid for sid in restored._ids.values() if sid in keys]
+    assert len(shared) > 100
+    assert all(keys[sid] is sid for sid in shared)
+    for ds in restored.data_sources():
+        tl = restored.timeline(ds)
+        assert all(keys[seg.id] is seg.id for seg in tl._segments.values())
