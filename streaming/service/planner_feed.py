@@ -75,11 +75,13 @@ log = logging.getLogger("segcoord.service")
 
 BATCH_MAX = 1000
 # How long the broker holds an idle fetch. A fetch returns at the first record whatever this is (measured: produce ->
-# consume 3-5 ms at 10 ms and at 500 ms alike), so it only sets how often an idle feed asks: at 10 ms librdkafka sent
-# 100 fetches a second, 5.5-10.8 ms of the worker's CPU per second idle against 1.6-1.7 at 500 ms (16 partitions).
-# A partition left out of a fetch because its local queue is full (PREFETCH) waits at most this long once it drains,
-# with the rest of that queue still to fold.
-FETCH_WAIT_MS = 100
+# consume 3-5 ms at 10 ms and at 500 ms alike), so at low rates it only sets how often an idle feed asks: at 10 ms
+# librdkafka sends 100 fetches a second, 5.5-10.8 ms of the worker's CPU per second idle against 1.6-1.7 at 500 ms
+# (16 partitions). Under load it sets more: a partition left out of a fetch because its local queue is full
+# (PREFETCH) waits up to this long once it drains, with the rest of that queue still to fold. At 1000 publish
+# requests/s (bench.service --deployment split, 10k segments, runs within one hour at load 2-9): 100 ms gave a p99 of
+# 1.28-1.74 s (4 runs), 5 ms 302-575 ms (6), 10 ms 267-282 ms (2): the 1% of a core idle buys a fifth of the p99.
+FETCH_WAIT_MS = 10
 LEASE_S = SESSION_TIMEOUT_MS / 2000  # leadership is checked again before deciding when older than this
 POLL_S = 0.05  # the longest the feed waits for input before it looks at its timer
 QUIET_CATCH_UP = BATCH_MAX
