@@ -71,6 +71,14 @@ class Fed:
         self.feed([_env(SegmentAnnounced(server=c.server, segment=c.segment), f"a{i}", T0 + 1000, "wiki")
                    for i, c in enumerate(commands)])
 
+    def timer_after_loading(self) -> int:
+        """:meth:`loaded_cluster`, then the timer's run at ``LATER`` (a sweep's first slice when ``chunk`` > 0);
+        returns how many events were emitted before that run."""
+        self.loaded_cluster()
+        before = len(self.emitted)
+        self.agent.tick(LATER)
+        return before
+
     def publish_fresh(self) -> list[Envelope[Event]]:
         return self.feed([through_lockbox(_env(SegmentsPublished(task_id="t2", segments=(FRESH,)), "p2", LATER,
                                                "wiki"))])
@@ -102,17 +110,13 @@ def test_a_publish_between_two_slices_is_planned_before_the_sweep_ends_and_the_s
     with tempfile.TemporaryDirectory() as tmp:
         # the reference: the periodic full run in one run (sweep_chunk 0)
         ref = Fed(Path(tmp) / "ref", 0)
-        ref.loaded_cluster()
-        ref_before = len(ref.emitted)
-        ref.agent.tick(LATER)
+        ref_before = ref.timer_after_loading()
         ref.take()
         assert not ref.agent.slicing
         ref_fresh = ref.publish_fresh()
         # sliced: five segments a slice
         fed = Fed(Path(tmp) / "sliced", 5)
-        fed.loaded_cluster()
-        before = len(fed.emitted)
-        fed.agent.tick(LATER)  # the sweep begins with its first slice
+        before = fed.timer_after_loading()  # the sweep begins with its first slice
         first = fed.take()
         assert fed.agent.slicing and fed.agent.sweep is not None
         assert len([e for e in first if isinstance(e.event, DropSegment)]) == 5  # the newest five, no more
@@ -138,17 +142,13 @@ def test_a_publish_between_two_slices_is_planned_before_the_sweep_ends_and_the_s
 def test_a_restart_resumes_the_sweep_where_its_last_committed_slice_left_it() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         whole = Fed(Path(tmp) / "whole", 3)
-        whole.loaded_cluster()
-        before = len(whole.emitted)
-        whole.agent.tick(LATER)
+        before = whole.timer_after_loading()
         assert whole.slices() == 4  # 12 segments in slices of 3 (the tick took the first 3), then one marking slice
         uninterrupted = whole.emitted[before:]
         whole.store.close()
 
         fed = Fed(Path(tmp) / "crashed", 3)
-        fed.loaded_cluster()
-        before = len(fed.emitted)
-        fed.agent.tick(LATER)
+        before = fed.timer_after_loading()
         fed.agent.next_slice(LATER)
         fed.take()
         progress = fed.agent.sweep.progress() if fed.agent.sweep is not None else None
