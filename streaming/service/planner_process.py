@@ -103,7 +103,13 @@ def run_planner_only(bootstrap: str, topics: Topics, planner: PlannerAgent, prod
           f"plans while elected through {election_topic(topics)}", flush=True)
     election.start()
     stack.callback(election.close)  # before the store closes: a leader's feed stops at its last whole batch
-    asyncio.run(_serve(observer, pool, plan_every_s, on_signal))
+    try:
+        asyncio.run(_serve(observer, pool, plan_every_s, on_signal))
+    finally:
+        # the closed loop left SIGTERM/SIGINT at their default action: a signal during the unwind (the feed's last
+        # batch, the producer's flush, the store) would end the process with -15 instead of the grace exit
+        for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+            signal.signal(sig, lambda _s, _f, name=name: on_signal(name))
     return 0
 
 
