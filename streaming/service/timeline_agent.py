@@ -179,8 +179,7 @@ class TimelineAgent:
             except EventValidationError as e:
                 self._dead_letter(rec, str(e))
                 continue
-            if eid not in applied:  # batch.mark_applied(eid, rec.timestamp_ms)
-                applied[eid] = rec.timestamp_ms or None
+            applied[eid] = rec.timestamp_ms or None  # batch.mark_applied(): eid is not in it (checked above)
             c.applied += 1
             for sid in learned:
                 batch.put(ID_PREFIX + str(sid).encode(), self._facts.key(sid))
