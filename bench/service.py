@@ -708,9 +708,8 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             w = _Window(rate, os.getloadavg()[0])
             if n == 0:
                 spy = attach_profile(worker, label, paced / rate + 1)
-            cpu_began = cpu_of(worker)
-            others_began = (time.process_time(), cpu_seconds(broker) if broker else 0.0, *machine_busy())
             parts_began = [cpu_seconds(pid) for pid in worker.pids()]
+            others_began = (time.process_time(), cpu_seconds(broker) if broker else 0.0, *machine_busy())
             began = time.perf_counter()
             for i in range(paced):
                 s = seg(first + i)
@@ -727,13 +726,13 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
             while any(k not in hist.loads_read for k in w.sent_at) and time.monotonic() < until:
                 time.sleep(0.1)
             w.seconds = time.perf_counter() - began
-            w.busy = (cpu_of(worker) - cpu_began) / w.seconds
             busy, total = machine_busy()
             w.client_busy = (time.process_time() - others_began[0]) / w.seconds
             w.broker_busy = ((cpu_seconds(broker) if broker else 0.0) - others_began[1]) / w.seconds
             w.machine_busy = (busy - others_began[2]) / max(1e-9, total - others_began[3])
             w.busy_parts = [(cpu_seconds(pid) - b) / w.seconds for pid, b in zip(worker.pids(), parts_began,
                                                                                    strict=True)]
+            w.busy = sum(w.busy_parts)
             w.load_after = os.getloadavg()[0]
             w.rss_mb, w.peak_mb = memory_of(worker)
             windows.append(w)
