@@ -134,6 +134,17 @@ def _offset_key(topic: str, partition: int) -> bytes:
     return OFFSET_PREFIX + topic.encode() + b"\x00" + str(partition).encode()
 
 
+_offset_keys: dict[TopicPartition, bytes] = {}  # _offset_key of every partition committed in this process
+
+
+def _offset_key_of(tp: TopicPartition) -> bytes:
+    """:func:`_offset_key`, built once per partition (every commit writes the offsets of its partitions)."""
+    key = _offset_keys.get(tp)
+    if key is None:
+        key = _offset_keys[tp] = _offset_key(*tp)
+    return key
+
+
 class StoreBatch:
     """What one commit writes: data puts/deletes, next offsets, applied ids (nothing touches the DB until commit)."""
 
@@ -160,12 +171,15 @@ class StoreBatch:
     def applied(self, event_id: str) -> bool:
         return event_id in self._applied
 
-    def _write_batch(self, gen: int) -> WriteBatch:
-        prefix, put = _gen_prefix(gen), self._batch.put
-        for event_id in sorted(self._applied):
+    def _write_batch(self, prefix: bytes) -> WriteBatch:
+        """The write batch with the applied ids (under the generation ``prefix``) and the offsets added."""
+        put = self._batch.put
+        applied = self._applied
+        for event_id in (sorted(applied) if len(applied) > 1 else applied):
             put(prefix + event_id.encode(), b"")
-        for (topic, partition), offset in sorted(self.offsets.items()):
-            self._batch.put(_offset_key(topic, partition), str(offset).encode())
+        offsets = self.offsets
+        for tp in (sorted(offsets) if len(offsets) > 1 else offsets):
+            put(_offset_key_of(tp), str(offsets[tp]).encode())
         return self._batch
 
 
@@ -194,6 +208,7 @@ class AgentStateStore:
         # [generation, ids, newest log time], oldest first; the last one is written to
         self._gens: list[list[int]] = [[0, 0, 0]] if window_meta is None else orjson.loads(bytes(window_meta))
         self._prefixes = [_gen_prefix(g) for g, _, _ in reversed(self._gens)]  # newest first
+        self._newest = max(at for _, _, at in self._gens)  # newest_applied_at, kept by every commit
 
     def _open(self) -> Rdict:
         try:
@@ -247,7 +262,7 @@ class AgentStateStore:
 
     @property
     def newest_applied_at(self) -> int:
-        return max(at for _, _, at in self._gens)
+        return self._newest
 
     def get(self, key: bytes) -> bytes | None:
         value = self._db.get(DATA_PREFIX + key)
@@ -290,22 +305,30 @@ class AgentStateStore:
             if self._closed:
                 raise StoreClosedError(f"state store {self.path} is closed (the worker is stopping)")
             gens = [list(g) for g in self._gens]
-            newest = max([self.newest_applied_at, *(at for at in batch._applied.values() if at is not None)])
+            newest = self._newest
+            for at in batch._applied.values():
+                if at is not None and at > newest:
+                    newest = at
             current = gens[-1]
-            write = batch._write_batch(current[0])
+            write = batch._write_batch(self._prefixes[0])  # the newest generation's (current[0])
+            changed = False  # the generations themselves (not only the newest one's counts)
             if batch._applied:  # callers mark only ids not applied yet (intake.seen)
                 current[1] += len(batch._applied)
                 current[2] = newest
                 if current[1] >= max(1, self.window.max_ids // GENERATIONS):
                     gens.append([current[0] + 1, 0, newest])
+                    changed = True
             while len(gens) > 1 and (sum(n for _, n, _ in gens) > self.window.max_ids
                                      or gens[0][2] < newest - self.window.max_age_ms):
                 gone = gens.pop(0)[0]
                 write.delete_range(_gen_prefix(gone), _gen_prefix(gone + 1))
+                changed = True
             write.put(WINDOW_KEY, orjson.dumps(gens))
             self._db.write(write)
             self._gens = gens
-            self._prefixes = [_gen_prefix(g) for g, _, _ in reversed(gens)]
+            self._newest = newest
+            if changed:
+                self._prefixes = [_gen_prefix(g) for g, _, _ in reversed(gens)]
 
     def close(self) -> None:
         with self._lock:

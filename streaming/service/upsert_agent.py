@@ -238,7 +238,7 @@ class UpsertAgent:
         st = self.state
         out: list[Event] = [req for t in sorted(st.tables) if (req := consolidation_due(st, t, now)) is not None]
         out.extend(cleanup_due(st, now))
-        if self.owned is None:
+        if self.owned is None or not out:  # (the assignment is asked through Faust's consumer thread: only if needed)
             return out
         owned = set(self.owned())
         return [e for e in out if self.owns(e, owned)]

@@ -198,3 +198,49 @@ def test_a_staged_agent_with_nothing_to_read_is_neither_staged_nor_finished() ->
                               Route("timeline", frozenset({seg}), Logged(log))])
     asyncio.run(delivery.deliver([InputRecord(seg, 0, 5, None, b"y")]))
     assert log == [("process", 5)]
+
+
+class Watched:
+    """An observer keeping the lag of every batch it hears of."""
+
+    def __init__(self) -> None:
+        self.lags: list[int | None] = []
+
+    def batch(self, agent: str, records: int, seconds: float, lag: int | None) -> None:
+        self.lags.append(lag)
+
+
+def test_the_lag_is_looked_up_after_every_batch_while_behind_and_rarely_once_caught_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a user reads on the lag gauge: after a catch-up it falls to 0 at the batch that caught up (never stays
+    at the last non-zero value), and once caught up the high watermarks are not asked after every tiny batch."""
+    seg = TOPICS.name(SEGMENTS)
+    clock = [100.0]
+    monkeypatch.setattr("streaming.service.delivery.time.perf_counter", lambda: clock[0])
+    behind = [50, 20, 0, 7, 0]  # what each look-up finds
+    asked: list[dict[tuple[str, int], int]] = []
+
+    def lag(positions: dict[tuple[str, int], int]) -> int | None:
+        asked.append(dict(positions))
+        return behind[len(asked) - 1]
+
+    watched = Watched()
+    delivery = BatchDelivery([Route("timeline", frozenset({seg}), Batches())], observe=watched, lag=lag)
+    offset = 0
+
+    def batch(advance_s: float) -> None:
+        nonlocal offset
+        clock[0] += advance_s
+        asyncio.run(delivery.deliver([InputRecord(seg, 0, offset, None, b"y")]))
+        offset += 1
+
+    for _ in range(3):  # behind: every batch asks, until one finds 0
+        batch(0.001)
+    assert watched.lags == [50, 20, 0]
+    for _ in range(5):  # caught up: tiny batches within LAG_EVERY_S ask nothing (the gauge keeps its 0)
+        batch(0.01)
+    assert watched.lags[3:] == [None] * 5 and len(asked) == 3
+    batch(1.0)  # a second later: asked again, and behind again -> the next batch asks too
+    batch(0.001)
+    assert watched.lags[8:] == [7, 0] and len(asked) == 5
+    assert asked[-1] == {(seg, 0): offset}  # every position up to the last record, including the batches not asked

@@ -161,3 +161,40 @@ def test_fausts_first_connection_waits_with_no_broker_and_a_stop_exits_0_with_th
         aiokafka.client.AIOKafkaClient.bootstrap = original  # type: ignore[method-assign]
     with pytest.raises(StoreClosedError):
         store.commit(store.batch())
+
+
+class CountedClient:
+    """Stands for confluent-kafka's producer: ``queued`` messages not yet acknowledged; counts flush calls."""
+
+    def __init__(self, queued: int) -> None:
+        self.queued = queued
+        self.flushes = 0
+
+    def __len__(self) -> int:
+        return self.queued
+
+    def flush(self, timeout: float) -> int:
+        self.flushes += 1
+        self.queued = 0
+        return 0
+
+
+def test_a_flush_with_nothing_queued_leaves_the_client_alone_and_still_raises_earlier_failures() -> None:
+    from streaming.producer import ProduceError
+
+    producer = PatientProducer("127.0.0.1:1", Topics("t."), Shutdown(exit=raise_exit), extra={"log_level": 0})
+    real = producer._producer
+    client = CountedClient(0)
+    producer._producer = client  # type: ignore[assignment]
+    try:
+        producer.flush()  # nothing sent: no call (it would wake every broker thread, once per fetched batch)
+        assert client.flushes == 0
+        client.queued = 2
+        producer.flush()  # something queued: flushed as before
+        assert client.flushes == 1
+        producer._errors.append("t.segments: Broker: Not enough in-sync replicas")  # a delivery report served
+        with pytest.raises(ProduceError, match="in-sync replicas"):
+            producer.flush()
+        assert client.flushes == 1
+    finally:
+        producer._producer = real

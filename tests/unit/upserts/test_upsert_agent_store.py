@@ -220,3 +220,27 @@ def test_a_valid_event_under_a_key_that_is_not_utf8_is_applied_and_survives_a_re
     with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
         again = UpsertAgent(store, TOPICS, ListSink())
         assert again.sources == agent.sources and len(again.sources) > 0
+
+
+def test_the_assignment_is_asked_only_when_there_is_a_decision_to_own(tmp_path: Path) -> None:
+    """Asking the consumer's assignment goes through Faust's consumer thread: a batch that decides nothing (every
+    batch of a cluster without stale versions) must not ask it, a timer run that decides something must."""
+    log = Log()
+    log.add(table_set(grace_ms=60_000))
+    log.reingest("2021-01-01", part("a", "2021-01-01", "v1"))
+    log.reingest("2021-01-01", part("a", "2021-01-01", "v2"))
+    recs = records(log)
+    asked = 0
+
+    def owned() -> set[tuple[str, int]]:
+        nonlocal asked
+        asked += 1
+        return {(r.topic, r.partition) for r in recs}
+
+    with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
+        agent = UpsertAgent(store, TOPICS, ListSink())
+        agent.owned = owned
+        for r in recs:
+            agent.process([r])
+        assert agent.counters.applied == len(recs) and asked == 0
+        assert agent.tick(10**13) == 1 and asked == 1  # the stale v1 is due: its partition is asked after
