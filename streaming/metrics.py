@@ -16,9 +16,9 @@ once per batch holding a publish or an announce (hundreds a second), and one rep
 event runs, timer runs of what timed out, balancing and sweep slices) is added to a pending report, and
 :meth:`ServiceMetrics.flush_runs` (the observer's timer, and every full run before its own report) reports
 the runs since the last report as one: what they counted summed (``segment/assigned/count`` ... and
-``coordinator/time``, their time in all), the levels (``segment/loadQueue/count|size``,
-``segment/dropQueue/count``, ``balancer/cost/*``) as the last run left them, at the last run's time, with one
-INFO line when they decided something (``... in 4 ms over 12 runs``). A full run is reported at once, as before.
+``coordinator/time``, their time in all), the levels (:data:`LEVELS`) as the last run left them, at the last
+run's time, with one INFO line when they decided something (``... in 4 ms over 12 runs``). A full run is
+reported at once, as before.
 
 **Agents.** Per agent of the worker (``timeline``, ``lockbox``, ``planner``): records processed
 (``segcoord/agent/events``, a counter), events/s between two timer ticks (``segcoord/agent/events/rate``),
@@ -54,7 +54,7 @@ BY_SERVER = frozenset({"segment/loadQueue/count", "segment/dropQueue/count", "se
 #: Counted over the run's scope: only a full run's values describe the cluster.
 WHOLE_CLUSTER = frozenset({"segment/unavailable/count", "segment/underReplicated/count"})
 #: Levels, not counts: runs reported together report the last run's value of these (the others are summed).
-LEVELS = BY_SERVER | {"balancer/cost/before", "balancer/cost/after"}
+LEVELS = BY_SERVER | {"balancer/cost/before", "balancer/cost/after", "coordination/paused"}
 
 log = logging.getLogger("segcoord.planner")
 
