@@ -85,6 +85,7 @@ class ServiceMetrics:
         self.lag = Gauge(prometheus_name("segcoord/agent/lag"), "records behind the end of the agent's inputs",
                          ["agent"], registry=self.registry)
         self.last_plan: dict[str, Any] | None = None
+        self._children: dict[str, tuple[Any, Any, Any]] = {}  # agent -> its events, batch time and lag children
         self._counted: dict[str, tuple[float, int]] = {}  # agent -> (events counted, when) at the last publish
         # scoped runs not reported yet (see "Scoped runs are reported together"): (metric, dim, key) -> value,
         # commands by kind, marks, runs, and the last run's time; under _pending_lock (planner thread and timer)
@@ -182,10 +183,15 @@ class ServiceMetrics:
 
     # -- the agents --------------------------------------------------------------------------
     def batch(self, agent: str, records: int, seconds: float, lag: int | None) -> None:
-        self.events.labels(agent).inc(records)
-        self.batch_time.labels(agent).observe(seconds)
+        children = self._children.get(agent)
+        if children is None:  # each labels() call takes the metric's lock and builds a key: once per agent
+            children = self._children[agent] = (self.events.labels(agent), self.batch_time.labels(agent),
+                                                self.lag.labels(agent))
+        events, batch_time, lag_gauge = children
+        events.inc(records)
+        batch_time.observe(seconds)
         if lag is not None:
-            self.lag.labels(agent).set(lag)
+            lag_gauge.set(lag)
 
     def publish_agents(self, at_ms: int) -> None:
         """The agents' lag and events/s since the last call, to the gauges and the topic (called on the
