@@ -2,7 +2,8 @@
 
 One :class:`Observer` per ``segcoord run``. It hears every agent batch (records, seconds, lag) and
 every planner run (through :attr:`PlannerAgent.on_run`, on the planner's thread), and on the planner's
-timer publishes the agents' lag and, during a broker outage, probes the broker so the
+timer reports the scoped planner runs since the last tick as one (:meth:`ServiceMetrics.flush_runs`), publishes the
+agents' lag and, during a broker outage, probes the broker so the
 "reconnected after" line comes even when no input arrives. With an HTTP socket it serves
 :mod:`streaming.http` in the worker's event loop. It never changes what an agent decides.
 """
@@ -122,6 +123,7 @@ class Observer:
 
     async def tick(self) -> None:
         now = int(time.time() * 1000)
+        self.metrics.flush_runs()  # the planner's scoped runs since the last tick, reported as one
         self.metrics.publish_agents(now)
         if self.balancer_alive is not None:
             self.metrics.balancer(self.balancer_alive(), now)
@@ -157,6 +159,7 @@ class Observer:
         self.producer._producer.list_topics(timeout=2)
 
     def close(self) -> None:
+        self.metrics.flush_runs()
         if self._recent is not None:
             self._recent.close()
         with contextlib.suppress(Exception):

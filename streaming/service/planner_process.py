@@ -36,7 +36,7 @@ from streaming.service.heap import FrozenHeap
 from streaming.service.observe import Observer
 from streaming.service.outage import PatientProducer, Shutdown
 from streaming.service.planner_agent import PlannerAgent
-from streaming.service.planner_feed import PlannerFeed
+from streaming.service.planner_feed import PlannerFeed, PlannerThread
 from streaming.service.shared_envelopes import SHARED as SHARED_ENVELOPES
 from streaming.service.worker_identity import WorkerIdentity
 
@@ -93,7 +93,7 @@ def run_planner_only(bootstrap: str, topics: Topics, planner: PlannerAgent, prod
     heap.start()  # the restored state is frozen out of the collector's scans
     observer = Observer(bootstrap, topics, planner, loglevel, sock, balancer_alive, None)
     stack.callback(observer.close)
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner")
+    pool = PlannerThread()  # the feed runs its batches on its own thread under the pool's lock (planner_feed.py)
     stack.callback(pool.shutdown)
     http_url = None if sock is None else advertised_url(*sock.getsockname()[:2], http_advertise)
     election = lead(bootstrap, topics, planner, producer, pool, observer, shutdown, me=me,

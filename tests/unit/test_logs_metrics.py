@@ -126,6 +126,40 @@ def test_a_run_becomes_druid_metrics_gauges_topic_json_and_one_log_line(caplog: 
     assert "druid_segment_unavailable_count 4.0" in m.exposition().decode()
 
 
+
+def test_scoped_runs_are_reported_together_at_the_next_flush(caplog: pytest.LogCaptureFixture) -> None:
+    """Event runs (``full=False``) cost no report each: the next flush (the observer's timer, or a full run) reports
+    them as one, counts summed, levels as the last run left them, one log line for all."""
+    emitted: list[tuple[bytes, bytes]] = []
+    m = ServiceMetrics(lambda k, v: emitted.append((k, v)), host="test")
+    load = PlanCommand("load", "h1", seg(0).id, "hot", 1, "r")
+    with caplog.at_level(logging.INFO, logger="segcoord.planner"):
+        m.plan_run(Plan((load,), (), {"segment/assigned/count": {"hot": 1}, "segment/loadQueue/count": {"h1": 3},
+                                      "segment/unavailable/count": 1, "decisions": 1}), PlacementState(), 1.5, T0,
+                   full=False)
+        m.plan_run(Plan((load, load), (), {"segment/assigned/count": {"hot": 2},
+                                           "segment/loadQueue/count": {"h1": 5}}), PlacementState(), 2.0, T0 + 7,
+                   full=False)
+        assert not emitted and not caplog.records and "druid_segment_assigned_count{" not in m.exposition().decode()
+        m.flush_runs()
+        m.flush_runs()  # nothing pending: nothing more
+    assert [r.getMessage() for r in caplog.records] == [
+        "planned 3 loads, 0 drops, 0 moves, 0 cancels, 0 marked unused in 4 ms over 2 runs"]
+    docs = [orjson.loads(v) for _, v in emitted]
+    assert [(d["metric"], d.get("tier") or d.get("server"), d["value"]) for d in docs] == [
+        ("segment/assigned/count", "hot", 3), ("segment/loadQueue/count", "h1", 5), ("coordinator/time", None, 3.5)]
+    assert {d["timestamp"] for d in docs} == {"2026-11-21T00:00:00.007Z"}  # the last run's time
+    text = m.exposition().decode()
+    assert 'druid_segment_assigned_count{tier="hot"} 3.0' in text and "druid_coordinator_time 3.5" in text
+    assert "druid_segment_unavailable_count" not in text  # a scoped run's count of its scope is not the cluster's
+    # a full run reports the pending runs first, then itself
+    emitted.clear()
+    m.plan_run(Plan((load,), (), {"segment/assigned/count": {"hot": 1}}), PlacementState(), 1.0, T0 + 9, full=False)
+    m.plan_run(Plan((), (), {"segment/assigned/count": {"hot": 7}}), PlacementState(), 9.0, T0 + 10)
+    assert [(orjson.loads(v)["metric"], orjson.loads(v)["value"]) for _, v in emitted] == [
+        ("segment/assigned/count", 1), ("coordinator/time", 1), ("segment/assigned/count", 7), ("coordinator/time", 9)]
+    assert 'druid_segment_assigned_count{tier="hot"} 7.0' in m.exposition().decode()
+
 def test_agent_metrics_and_names() -> None:
     m = ServiceMetrics()
     m.batch("timeline", 10, 0.004, 3)
