@@ -602,7 +602,7 @@ def published_at(bootstrap: str, topics: Topics, data_source: str) -> dict[str, 
 
 def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, paced: int, rates: list[float],
                       planner: str = "incremental", direct: bool = False, balancer: str = "planner",
-                      split: bool = False) -> float | None:
+                      split: bool = False, warmup_s: float = 0.0) -> float | None:
     """Publish request -> LoadSegment latency, on a cluster of ``servers`` holding ``preload`` segments.
 
     A task locks ten years of one dataSource; ``preload`` hourly segments are published (in requests of 500) and
@@ -613,7 +613,11 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
     on the same worker, settled in between; the load average printed beside each), the first returned. Latency =
     the LoadSegment of the segment read on ``commands`` minus the time its publish request was produced (it goes
     request -> lockbox agent -> SegmentsPublished -> planner agent -> LoadSegment). With ``split`` the worker is
-    two processes (:class:`SplitWorker`)."""
+    two processes (:class:`SplitWorker`). With ``warmup_s``, a first window of ``warmup_s`` seconds at the first
+    rate is sent, settled and reported apart, and not counted: the measured windows see a service whose code paths
+    already ran at that rate (the local broker's JVM compiles its hot paths in its first windows of load: its JIT
+    compiler threads took 0.40 of its 0.80 CPU s/s in a cold first window at 1000/s, on a 2-core machine shared by
+    everything)."""
     topics = Topics(f"bench{uuid.uuid4().hex[:8]}.")
     create_topics(bootstrap, topics, partitions=1)
     label = f"{planner}{'-split' if split else ''}"
@@ -694,7 +698,10 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
                   f"was planned {time.perf_counter() - after:.1f}s later")
         windows: list[_Window] = []
         first = 2 if direct else preload
-        for n, rate in enumerate(rates):
+        plan = [(rates[0], max(1, round(rates[0] * warmup_s)), True)] if warmup_s > 0 else []
+        plan += [(rate, paced, False) for rate in rates]
+        measured = 0
+        for rate, count, warm in plan:
             # settle: the worker reads the answers and its own commands back; measure a caught-up service
             quiet_since, last = time.monotonic(), None
             while time.monotonic() - quiet_since < 5.0 and time.monotonic() < deadline:
@@ -705,13 +712,15 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
                 time.sleep(0.5)
             time.sleep(5.0)
             print(f"  settled {time.perf_counter() - started:.1f}s after the preload began")
-            w = _Window(rate, os.getloadavg()[0])
-            if n == 0:
-                spy = attach_profile(worker, label, paced / rate + 1)
+            w = _Window(rate, os.getloadavg()[0], warmup=warm)
+            if not warm and measured == 0:
+                spy = attach_profile(worker, label, count / rate + 1)
+            measured += not warm
             parts_began = [cpu_seconds(pid) for pid in worker.pids()]
             others_began = (time.process_time(), cpu_seconds(broker) if broker else 0.0, *machine_busy())
             began = time.perf_counter()
-            for i in range(paced):
+            n = len(windows)
+            for i in range(count):
                 s = seg(first + i)
                 w.sent_at[str(s.id)] = time.time()
                 producer.send(Envelope(PublishRequested(request_id=f"pub-{n}-{i}", task_id="t1", segments=(s,)),
@@ -720,7 +729,7 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
                 pause = began + (i + 1) / rate - time.perf_counter()
                 if pause > 0:
                     time.sleep(pause)
-            first += paced
+            first += count
             producer.flush()
             until = time.monotonic() + 60 + preload / 1000  # a full run at 1M segments takes about a minute
             while any(k not in hist.loads_read for k in w.sent_at) and time.monotonic() < until:
@@ -745,11 +754,12 @@ def placement_latency(bootstrap: str, work: Path, servers: int, preload: int, pa
 
             for w in windows:
                 report(bootstrap, topics, Path(trace), w.sent_at, hist.loads_created, hist.loads_read,
-                       f"{label}, {w.rate:.0f}/s")
+                       f"{label}, {w.rate:.0f}/s{', warm-up' if w.warmup else ''}")
     finally:
         hist.stop()
         worker.stop()
-    p99s = [_report(w, hist, published, label, servers, preload, paced) for w in windows]
+    reported = [(w, _report(w, hist, published, label, servers, preload)) for w in windows]
+    p99s = [p99 for w, p99 in reported if not w.warmup]
     if not p99s or p99s[0] is None:
         print(f"placement latency: no LoadSegment observed ({hist.loads} loads in all); see {worker.log}")
     return p99s[0] if p99s else None
@@ -769,6 +779,7 @@ class _Window:
 
     rate: float
     load_before: float
+    warmup: bool = False  # the warm-up window: reported, not counted
     sent_at: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     busy: float = 0.0
@@ -781,10 +792,10 @@ class _Window:
     peak_mb: float = 0.0
 
 
-def _report(w: _Window, hist: Historicals, published: dict[str, float], planner: str, servers: int, preload: int,
-            paced: int) -> float | None:
+def _report(w: _Window, hist: Historicals, published: dict[str, float], planner: str, servers: int,
+            preload: int) -> float | None:
     """Print one window's figures; its p99 (None: no load seen)."""
-    sent_at, rate = w.sent_at, w.rate
+    sent_at, rate, paced = w.sent_at, w.rate, len(w.sent_at)
     lat = sorted((hist.loads_read[k] - sent_at[k]) * 1000 for k in sent_at if k in hist.loads_read)
     if not lat:
         return None
@@ -799,7 +810,8 @@ def _report(w: _Window, hist: Historicals, published: dict[str, float], planner:
           f"(peak {w.peak_mb:,.0f} MB)")
     print(f"  beside it: the bench's client and historicals {w.client_busy:.2f} CPU s/s, the broker "
           f"{w.broker_busy:.2f} CPU s/s; the machine's {os.cpu_count()} cores were {w.machine_busy:.0%} busy")
-    print(f"[{planner} planner] placement latency, publish request -> LoadSegment read "
+    print(f"[{planner} planner]{' warm-up (not counted):' if w.warmup else ''} placement latency, publish request "
+          "-> LoadSegment read "
           f"({len(lat)}/{len(sent_at)} at {rate:.0f}/s, "
           f"{servers} servers, {preload} segments): p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms; "
           f"p99 / 60 s Druid poll = {p99 / 60_000:.5f}")
@@ -824,6 +836,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--also-rates", type=float, nargs="*", default=[],
                         help="placement: further paced windows at these rates on the same worker after --rate's")
+    parser.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
+                        help="placement: first a window of this many seconds at --rate, reported apart and not "
+                             "counted (the local broker's JVM compiles its hot paths under the first load)")
     parser.add_argument("--servers", type=int, default=10)
     parser.add_argument("--preload", type=int, default=10_000)
     parser.add_argument("--only", choices=("timeline", "placement", "lockbox", "agent"), default=None,
@@ -877,7 +892,7 @@ def main() -> None:
                             if args.planner in ("both", mode):
                                 p99s[(mode, split)] = placement_latency(bootstrap, work, args.servers, args.preload,
                                                                         args.paced, rates, mode, direct,
-                                                                        args.balancer, split)
+                                                                        args.balancer, split, args.warmup)
                     for split in splits:
                         base, p99 = p99s.get(("full", split)), p99s.get(("incremental", split))
                         if base and p99:
