@@ -53,7 +53,7 @@ from typing import get_args
 import orjson
 
 from coordinator.locks.seal import Sealed
-from coordinator.timeline.facts import all_facts, known_ids, known_segments
+from coordinator.timeline.facts import all_facts, count_known, known_ids, known_segments
 from coordinator.timeline.snapshot import PartitionSnapshot, encode_snapshot, restore_partition, take_snapshot
 from coordinator.timeline.timelines import Timelines
 from events.envelope import Envelope
@@ -119,6 +119,9 @@ class TimelineAgent:
         self._since: dict[int, int] = {}  # partition -> events applied since its last snapshot
         self._last_snapshot: dict[int, float] = {}  # partition -> clock of its last snapshot (or first apply)
         self.snapshots_written = 0
+        # partition -> the segments it held when its snapshot came out over MAX_SNAPSHOT_BYTES (see write_snapshots)
+        self._oversized: dict[int, int] = {}
+        self.snapshots_skipped = 0  # snapshots due but not taken: the partition is as large as one that did not fit
         #: partition -> {"offset": the adopted snapshot's, "writer": its writer, "read": records read after it}
         self.adopted: dict[int, dict[str, object]] = {int(k[len(ADOPTED_PREFIX):]): orjson.loads(v)
                                                       for k, v in store.scan(ADOPTED_PREFIX)}
@@ -266,7 +269,12 @@ class TimelineAgent:
 
     def write_snapshots(self, force: bool = False) -> int:
         """Send (and flush) the snapshot of every partition due (every one applied to, with ``force``); call it
-        after a commit, so each covers only outputs already acknowledged. Returns the number written."""
+        after a commit, so each covers only outputs already acknowledged. Returns the number written.
+
+        A snapshot larger than ``MAX_SNAPSHOT_BYTES`` is not written (a gaining worker replays that partition's log
+        instead). Its partition is then not snapshotted again, due or not, until it holds fewer segments than it
+        did then: taking and compressing a snapshot costs time in proportion to the partition (about 300 ms of the
+        event loop at 23k segments, every ``every_records`` events) only to discard the result."""
         policy, sink = self.snapshot_policy, self._snapshot_sink
         if policy is None or sink is None:
             return 0
@@ -275,13 +283,20 @@ class TimelineAgent:
             force or n >= policy.every_records or (now - self._last_snapshot.get(p, now)) * 1000 >= policy.every_ms)]
         written = 0
         for p in due:
+            self._since[p], self._last_snapshot[p] = 0, now
+            held = sum(count_known(self.timelines, ds) for ds, q in self.partition_of.items() if q == p)
+            if held >= self._oversized.get(p, held + 1):
+                self.snapshots_skipped += 1
+                continue
             snap, facts_json = self._snapshot_from_store(p)
             data = encode_snapshot(snap, facts_json)
-            self._since[p], self._last_snapshot[p] = 0, now
             if len(data) > MAX_SNAPSHOT_BYTES:
+                self._oversized[p] = held
                 log.warning("timeline snapshot of partition %d not written: %d bytes (limit %d); a worker gaining "
-                            "it replays the log", p, len(data), MAX_SNAPSHOT_BYTES)
+                            "it replays the log. Not tried again until it holds fewer than %d segments", p,
+                            len(data), MAX_SNAPSHOT_BYTES, held)
                 continue
+            self._oversized.pop(p, None)
             sink.send_raw(self.topics.name(SNAPSHOTS), snap.key, data)
             written += 1
         if written:

@@ -167,3 +167,35 @@ def test_a_snapshot_is_the_encoding_of_the_fold_s_own_facts(tmp_path: Path) -> N
                     assert value == encode_snapshot(agent.snapshot(int(key.split(b"/")[1])))
                     checked += 1
     assert checked >= 10
+
+
+def test_a_partition_too_large_for_a_snapshot_is_not_snapshotted_again_until_it_holds_fewer_segments(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streaming.service import timeline_agent
+
+    log = [r for r in log_of(400) if r.partition == 0]
+    with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
+        sink = Sink()
+        agent = TimelineAgent(store, TOPICS, sink)
+        agent.enable_snapshots(SnapshotPolicy(every_records=20, every_ms=10**9), sink, "w")
+        taken: list[int] = []
+        take = agent._snapshot_from_store
+
+        def counted(p: int) -> tuple[object, bytes]:
+            taken.append(p)
+            return take(p)
+
+        monkeypatch.setattr(agent, "_snapshot_from_store", counted)
+        monkeypatch.setattr(timeline_agent, "MAX_SNAPSHOT_BYTES", 10)  # no snapshot fits
+        agent.process(log[:20])  # due: taken, too large, not written
+        assert (len(taken), agent.snapshots_written, agent.snapshots_skipped) == (1, 0, 0)
+        monkeypatch.setattr(timeline_agent, "MAX_SNAPSHOT_BYTES", 10**9)  # it would fit now, but the partition
+        agent.process(log[20:40])  # holds at least as many segments as the one that did not: not even taken
+        assert (len(taken), agent.snapshots_written, agent.snapshots_skipped) == (1, 0, 1)
+        assert sink.snapshots == {}
+        agent._oversized[0] = 10**6  # as if it had held more segments when it did not fit: it holds fewer now
+        agent.process(log[40:60])
+        assert (len(taken), agent.snapshots_written) == (2, 1)
+        assert decode_snapshot(sink.snapshots[b"timeline/0"]).next_offset == log[59].offset + 1
+        agent.process(log[60:80])  # written once again: nothing is remembered against it any more
+        assert (len(taken), agent.snapshots_written) == (3, 2)
