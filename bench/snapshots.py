@@ -23,7 +23,7 @@ from pathlib import Path
 from coordinator.timeline.snapshot import decode_snapshot, encode_snapshot
 from events import Envelope, Topics, encode
 from events.registry import Event
-from events.topics import SEGMENTS
+from events.topics import SEGMENTS, SNAPSHOTS
 from streaming.service.intake import InputRecord
 from streaming.service.state import AgentStateStore
 from streaming.service.timeline_agent import FORMAT_VERSION, TimelineAgent
@@ -41,7 +41,8 @@ class Sink:
         pass
 
     def send_raw(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        self.snapshot = value or b""
+        if topic == TOPICS.name(SNAPSHOTS):  # (visibility changes come this way too)
+            self.snapshot = value or b""
 
     def flush(self, timeout: float = 30.0) -> None:
         pass
@@ -69,6 +70,9 @@ def main() -> None:
             began = time.perf_counter()
             data = encode_snapshot(owner.snapshot(0))
             take_s = time.perf_counter() - began
+        if not sink.snapshot:  # every snapshot came out over the record limit (the log says so): none to take over
+            raise SystemExit(f"no snapshot was written: the partition's ({len(data) / 1024:.0f} KB compressed at the "
+                             f"end) did not fit in one record; try fewer --events")
         snap = decode_snapshot(sink.snapshot)
         tail = records[snap.next_offset:]
 
