@@ -65,6 +65,34 @@ class _Sink:
         pass
 
 
+class Records:
+    """Input records of the planner's topics at consecutive offsets (partition 0), all at ``now``."""
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+        self.offsets: dict[str, int] = {}
+
+    def __call__(self, logical: str, value: bytes) -> InputRecord:
+        topic = TOPICS.name(logical)
+        offset = self.offsets.get(topic, 0)
+        self.offsets[topic] = offset + 1
+        return InputRecord(topic, 0, offset, b"k", value, self.now)
+
+
+def joins(record: Records, servers: int) -> list[InputRecord]:
+    """``servers`` servers joining the default tier (h000, h001, ...)."""
+    return [record(CLUSTER, encode(Envelope(
+        ServerJoined(server=f"h{i:03d}", tier="_default_tier", max_size_bytes=1 << 50), f"join-{i}",
+        Instant(record.now), f"h{i:03d}"))) for i in range(servers)]
+
+
+def publish_envelopes(publishes: int, now: int) -> list[Envelope[Event]]:
+    """One sealed ``segments_published`` of one new hourly segment of ``pl`` per publish."""
+    return [through_lockbox(Envelope(SegmentsPublished(task_id="t", segments=(
+        SegmentDescriptor("pl", Interval(T0 + i * HOUR, T0 + (i + 1) * HOUR), "v1", 0, 1_000_000),)),
+        f"pub-{i}", Instant(now + i), "pl")) for i in range(publishes)]
+
+
 def one_round(store_dir: Path, servers: int, publishes: int, batch: int, share: bool, now: int,
               profile: str | None) -> float:
     """CPU microseconds per publish of one mode on a copy of the preloaded store."""
@@ -76,25 +104,11 @@ def one_round(store_dir: Path, servers: int, publishes: int, batch: int, share: 
         sink = _Sink(share)
         store = AgentStateStore(work / "store" / planner_agent.STORE_NAME, FORMAT_VERSION)
         agent = PlannerAgent(store, TOPICS, sink)
-        offsets: dict[str, int] = {}
-
-        def record(logical: str, value: bytes) -> InputRecord:
-            topic = TOPICS.name(logical)
-            offset = offsets.get(topic, 0)
-            offsets[topic] = offset + 1
-            return InputRecord(topic, 0, offset, b"k", value, now)
-
-        agent.process([record(CLUSTER, encode(Envelope(
-            ServerJoined(server=f"h{i:03d}", tier="_default_tier", max_size_bytes=1 << 50), f"join-{i}",
-            Instant(now), f"h{i:03d}"))) for i in range(servers)])
+        record = Records(now)
+        agent.process(joins(record, servers))
         agent.tick(now)  # the first timer run is a full one: behind us, as in the service's steady state
         sink.pending.clear()
-        published = []
-        for i in range(publishes):
-            seg = SegmentDescriptor("pl", Interval(T0 + i * HOUR, T0 + (i + 1) * HOUR), "v1", 0, 1_000_000)
-            env = through_lockbox(Envelope(SegmentsPublished(task_id="t", segments=(seg,)), f"pub-{i}",
-                                           Instant(now + i), "pl"))
-            published.append((env, encode(env)))
+        published = [(env, encode(env)) for env in publish_envelopes(publishes, now)]
         readback: list[tuple[Envelope[Event], bytes]] = []
         answers: list[Envelope[Event]] = []
         prof = cProfile.Profile() if profile else None

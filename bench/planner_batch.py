@@ -35,13 +35,12 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from bench.planner_agent import HOUR, T0, TOPICS, _Sink
-from events import Envelope, Event, Interval, SegmentDescriptor, encode
-from events.cluster import ServerJoined
+from bench.planner_agent import TOPICS, Records, _Sink, joins, publish_envelopes
+from events import Envelope, Event, encode
 from events.commands import LoadSegment
 from events.schema import Instant
-from events.segments import SegmentAnnounced, SegmentsPublished
-from events.topics import CLUSTER, COMMANDS, SEGMENTS
+from events.segments import SegmentAnnounced
+from events.topics import COMMANDS, SEGMENTS
 from streaming.metrics import ServiceMetrics
 from streaming.service import planner_agent
 from streaming.service.delivery import on_pool
@@ -49,7 +48,6 @@ from streaming.service.intake import InputRecord
 from streaming.service.planner_agent import FORMAT_VERSION, PlannerAgent
 from streaming.service.planner_feed import PlannerThread, _call
 from streaming.service.state import AgentStateStore
-from tests.accepted import through_lockbox
 
 MODES = ("before", "direct", "together", "after")
 
@@ -74,13 +72,7 @@ def one_round(store_dir: Path, servers: int, publishes: int, mode: str, now: int
                 metrics.plan_run(*args)  # type: ignore[arg-type]
                 metrics.flush_runs()
             agent.on_run = report_each
-        offsets: dict[str, int] = {}
-
-        def record(logical: str, value: bytes) -> InputRecord:
-            topic = TOPICS.name(logical)
-            offset = offsets.get(topic, 0)
-            offsets[topic] = offset + 1
-            return InputRecord(topic, 0, offset, b"k", value, now)
+        record = Records(now)
 
         def feed(records: list[InputRecord]) -> None:
             if direct:
@@ -88,18 +80,11 @@ def one_round(store_dir: Path, servers: int, publishes: int, mode: str, now: int
             else:
                 on_pool(pool, agent.process, records)
 
-        feed([record(CLUSTER, encode(Envelope(
-            ServerJoined(server=f"h{i:03d}", tier="_default_tier", max_size_bytes=1 << 50), f"join-{i}",
-            Instant(now), f"h{i:03d}"))) for i in range(servers)])
+        feed(joins(record, servers))
         agent.tick(now)  # the first timer run is a full one: behind us, as in the service's steady state
         metrics.flush_runs()
         sink.pending.clear()
-        published = []
-        for i in range(publishes):
-            seg = SegmentDescriptor("pl", Interval(T0 + i * HOUR, T0 + (i + 1) * HOUR), "v1", 0, 1_000_000)
-            env = through_lockbox(Envelope(SegmentsPublished(task_id="t", segments=(seg,)), f"pub-{i}",
-                                           Instant(now + i), "pl"))
-            published.append(encode(env))
+        published = [encode(env) for env in publish_envelopes(publishes, now)]
         cpu = time.process_time()
         ticked = time.monotonic()
         for i, value in enumerate(published):
