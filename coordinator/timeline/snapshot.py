@@ -102,14 +102,18 @@ def _sid_json(sid: SegmentId) -> list[Any]:
     return [sid.data_source, sid.interval.start, sid.interval.end, sid.version, sid.partition_id]
 
 
-def encode_snapshot(snapshot: PartitionSnapshot, facts_json: bytes | None = None) -> bytes:
+def encode_snapshot(snapshot: PartitionSnapshot, facts_json: bytes | None = None,
+                    ids_json: bytes | None = None) -> bytes:
     """The snapshot's record value. ``facts_json``: its facts already encoded, the JSON array of every fact's
-    ``to_bytes()`` in the snapshot's order (then ``snapshot.facts`` is not read); the same bytes either way."""
+    ``to_bytes()`` in the snapshot's order (then ``snapshot.facts`` is not read); ``ids_json``: its known ids
+    already encoded, the JSON array of ``[text, id key]`` in text order (then ``snapshot.known_ids`` is not
+    read). The same bytes either way."""
     body = {
         "format": SNAPSHOT_FORMAT, "agent": AGENT, "topic": snapshot.topic, "partition": snapshot.partition,
         "nextOffset": snapshot.next_offset, "writer": snapshot.writer,
         "facts": orjson.Fragment(facts_json) if facts_json is not None else [f.to_json() for _, f in snapshot.facts],
-        "ids": [[text, _sid_json(sid)] for text, sid in snapshot.known_ids],
+        "ids": orjson.Fragment(ids_json) if ids_json is not None
+        else [[text, _sid_json(sid)] for text, sid in snapshot.known_ids],
         "recentIds": list(snapshot.recent_ids),
     }
     return MAGIC + zlib.compress(orjson.dumps(body), 6)

@@ -459,7 +459,10 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         snapshot_policy = SnapshotPolicy.from_env()
         snapshot_tail = None
         if snapshot_policy is not None:  # per-partition snapshots on `snapshots` (docs/workers.md)
-            timeline.enable_snapshots(snapshot_policy, tl_producer, me.worker_id)
+            # built on their own thread, off the agents' event loop (timeline_agent.py); stopped before the stores
+            snapshot_builder = ThreadPoolExecutor(1, thread_name_prefix="timeline-snapshots")
+            stack.callback(snapshot_builder.shutdown)
+            timeline.enable_snapshots(snapshot_policy, tl_producer, me.worker_id, snapshot_builder)
             snapshot_tail = SnapshotTail(bootstrap, topics, extra=kafka_log).start()
             stack.callback(snapshot_tail.close)
         print(f"timeline agent resumes at {_resume_text(timeline.next_offsets())}"

@@ -47,11 +47,13 @@ the agent's format plus :data:`LAYOUT` (a store of another layout is rebuilt).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
@@ -63,6 +65,9 @@ WINDOW_KEY = b"meta/applied-window"
 LAYOUT = "+applied-window/2"
 GENERATIONS = 2
 DATA_PREFIX = b"data/"
+
+log = logging.getLogger("segcoord.service")
+VIEW_CLOSE_WAIT_S = 30.0  # how long a close waits for the open StoreViews (a snapshot being built) to be closed
 
 TopicPartition = tuple[str, int]
 
@@ -183,6 +188,67 @@ class StoreBatch:
         return self._batch
 
 
+class StoreView:
+    """A read-only view of an :class:`AgentStateStore`'s committed entries as they were when it was taken:
+    commits made after it are not seen. One thread at a time reads it, which need not be the one that took it or
+    the one that commits.
+
+    It is one RocksDB iterator, taken with the view: an iterator reads the database as it was when it was
+    created, and may seek anywhere in it. (Not a ``Rdict.snapshot()``: rocksdict 0.3.29's snapshot answers a
+    ``get`` as of the snapshot, but its ``iter``/``items`` read the live database.)
+
+    **Invariant:** the store is not closed while a view of it is open (:meth:`AgentStateStore.close` waits for
+    :meth:`close`, up to :data:`VIEW_CLOSE_WAIT_S`), so a reader never holds the database past its close."""
+
+    def __init__(self, store: AgentStateStore, it: Any) -> None:
+        self._store: AgentStateStore | None = store
+        self._it = it
+
+    def scan(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """Every data entry under ``prefix`` in key order, as :meth:`AgentStateStore.scan` (``data/`` stripped)."""
+        it = self._it
+        if it is None:
+            raise StoreClosedError("the store view is closed")
+        full = DATA_PREFIX + prefix
+        out: list[tuple[bytes, bytes]] = []
+        it.seek(full)
+        while it.valid():
+            key = bytes(it.key())
+            if not key.startswith(full):
+                break
+            out.append((key[len(DATA_PREFIX):], bytes(it.value())))
+            it.next()
+        return out
+
+    def close(self) -> None:
+        """Release the iterator (idempotent)."""
+        store, self._store, self._it = self._store, None, None
+        if store is not None:
+            store._view_closed()
+
+    def __enter__(self) -> StoreView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _scan(it: Any, prefix: bytes) -> list[tuple[bytes, bytes]]:
+    """Every entry of the iterator ``it`` whose key starts with ``prefix``; ``it`` is released before returning."""
+    out: list[tuple[bytes, bytes]] = []
+    try:
+        it.seek(prefix)
+        while it.valid():
+            key = bytes(it.key())
+            if not key.startswith(prefix):
+                break
+            out.append((key, bytes(it.value())))
+            it.next()
+    finally:
+        del it
+    return out
+
+
 class AgentStateStore:
     """One agent's RocksDB database under ``path``; open it once per process (RocksDB locks the folder)."""
 
@@ -194,6 +260,8 @@ class AgentStateStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.wiped = False
         self._lock = threading.Lock()
+        self._views_done = threading.Condition(self._lock)
+        self._views = 0  # open StoreViews: close() waits for them
         self._closed = False
         self._db = self._open()
         found = self._db.get(FORMAT_KEY)
@@ -280,19 +348,20 @@ class AgentStateStore:
 
     def scan_raw(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
         """Every entry whose full key starts with ``prefix``; the iterator is released before returning."""
-        out: list[tuple[bytes, bytes]] = []
-        it = self._db.iter()
-        try:
-            it.seek(prefix)
-            while it.valid():
-                key = bytes(it.key())
-                if not key.startswith(prefix):
-                    break
-                out.append((key, bytes(it.value())))
-                it.next()
-        finally:
-            del it
-        return out
+        return _scan(self._db.iter(), prefix)
+
+    def view(self) -> StoreView:
+        """A :class:`StoreView` of what is committed now; close it when done (the store's close waits for it)."""
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError(f"state store {self.path} is closed (the worker is stopping)")
+            self._views += 1
+            return StoreView(self, self._db.iter())
+
+    def _view_closed(self) -> None:
+        with self._lock:
+            self._views -= 1
+            self._views_done.notify_all()
 
     # -- writes -------------------------------------------------------------------
     def batch(self) -> StoreBatch:
@@ -331,10 +400,13 @@ class AgentStateStore:
                 self._prefixes = [_gen_prefix(g) for g, _, _ in reversed(gens)]
 
     def close(self) -> None:
+        """Close the database, once every open :class:`StoreView` is closed (no new one is given out meanwhile)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            if not self._views_done.wait_for(lambda: self._views == 0, VIEW_CLOSE_WAIT_S):
+                log.warning("state store %s: closing with %d views still open", self.path, self._views)
             with contextlib.suppress(Exception):
                 self._db.flush_wal(True)
             self._db.close()

@@ -39,6 +39,17 @@ by the snapshot's, its next offset becomes the snapshot's and its recent ids
 count as applied, in ONE write batch. The worker then folds only the tail from
 that offset; the tail's outputs carry the ids and bytes the previous owner's had
 (position-derived ids, the same fold), so consumers drop what was sent already.
+
+A snapshot is built from the store, not from the fold: :func:`build_snapshot`
+reads a :class:`~streaming.service.state.StoreView` taken right after the
+commit it covers (the store holds exactly the fold's facts and id texts of
+that commit), one prefix scan per data source. With an executor
+(``enable_snapshots(..., executor=...)``, as ``segcoord run`` does) the
+reading, encoding and compressing run there, off the worker's event loop (a
+partition of 23k segments took about 140 ms of it), and a later
+:meth:`write_snapshots` sends the finished ones: the event loop only takes the
+view and the partition's recent ids. At most one snapshot per partition is
+being built at a time; one whose partition was adopted meanwhile is dropped.
 """
 
 from __future__ import annotations
@@ -46,15 +57,23 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Executor, Future
 from hashlib import blake2b
+from operator import itemgetter
 from typing import get_args
 
 import orjson
 
 from coordinator.locks.seal import Sealed
-from coordinator.timeline.facts import all_facts, count_known, known_ids, known_segments
-from coordinator.timeline.snapshot import PartitionSnapshot, encode_snapshot, restore_partition, take_snapshot
+from coordinator.timeline.facts import all_facts, count_known, known_ids
+from coordinator.timeline.snapshot import (
+    PartitionSnapshot,
+    encode_snapshot,
+    restore_partition,
+    snapshot_key,
+    take_snapshot,
+)
 from coordinator.timeline.timelines import Timelines
 from events.envelope import Envelope
 from events.instant import format_instant
@@ -65,22 +84,25 @@ from events.topics import SEGMENTS, SNAPSHOTS, TIMELINE, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
 from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, Sink, dead_letter_of, prior_ids
-from streaming.service.state import AgentStateStore, StoreBatch
+from streaming.service.state import AgentStateStore, StoreBatch, StoreView
 from streaming.service.timeline_facts import (
     ID_PREFIX,
     SEG_PREFIX,
     STATE_PREFIX,
     FactsEncoder,
     SegmentFacts,
-    facts_of,
+    id_entry_key,
     id_key,
+    id_text_of,
     ids_of,
     parse_id_key,
     restore,
+    source_prefix,
 )
 from streaming.service.timeline_snapshots import MAX_SNAPSHOT_BYTES, SnapshotPolicy
 
-FORMAT_VERSION = "timeline-agent/3"  # 2: part/<dataSource> (per-partition snapshots); 3: only used segments take part
+# 2: part/<dataSource> (per-partition snapshots); 3: only used segments take part; 4: id/ entries by data source
+FORMAT_VERSION = "timeline-agent/4"
 STORE_NAME = "timeline"
 PART_PREFIX = b"part/"
 ADOPTED_PREFIX = b"adopted/"  # adopted/<partition> -> {"offset", "writer", "read"}: the snapshot, records read since
@@ -122,13 +144,19 @@ class TimelineAgent:
         # partition -> the segments it held when its snapshot came out over MAX_SNAPSHOT_BYTES (see write_snapshots)
         self._oversized: dict[int, int] = {}
         self.snapshots_skipped = 0  # snapshots due but not taken: the partition is as large as one that did not fit
+        self._executor: Executor | None = None  # where snapshots are built (None: on the caller's thread)
+        self._building: dict[int, tuple[Future[bytes], int, int]] = {}  # partition -> (its snapshot, held, epoch)
+        self._epoch: dict[int, int] = {}  # partition -> adoptions so far: a snapshot built across one is dropped
         #: partition -> {"offset": the adopted snapshot's, "writer": its writer, "read": records read after it}
         self.adopted: dict[int, dict[str, object]] = {int(k[len(ADOPTED_PREFIX):]): orjson.loads(v)
                                                       for k, v in store.scan(ADOPTED_PREFIX)}
 
-    def enable_snapshots(self, policy: SnapshotPolicy, sink: RawSink, writer: str) -> None:
-        """Write each partition's snapshot to ``snapshots`` as ``policy`` says (``writer``: this worker's id)."""
+    def enable_snapshots(self, policy: SnapshotPolicy, sink: RawSink, writer: str,
+                         executor: Executor | None = None) -> None:
+        """Write each partition's snapshot to ``snapshots`` as ``policy`` says (``writer``: this worker's id).
+        With ``executor``, snapshots are built there (see the module docstring); the caller owns it."""
         self.snapshot_policy, self._snapshot_sink, self.writer = policy, sink, writer
+        self._executor = executor
 
     def next_offsets(self) -> dict[tuple[str, int], int]:
         """Where to resume each partition applied so far (absent partitions: from the beginning)."""
@@ -185,7 +213,7 @@ class TimelineAgent:
             applied[eid] = rec.timestamp_ms or None  # batch.mark_applied(): eid is not in it (checked above)
             c.applied += 1
             for sid in learned:
-                batch.put(ID_PREFIX + str(sid).encode(), self._facts.key(sid))
+                batch.put(id_entry_key(sid.data_source, str(sid)), self._facts.key(sid))
             partition = rec.partition
             noted = self.snapshot_policy is None
             for sid in sids:
@@ -245,51 +273,38 @@ class TimelineAgent:
                              self._next.get((self.input_topic, partition), 0),
                              tuple(self._recent.get(partition, ())), self.writer)
 
-    def _snapshot_from_store(self, partition: int) -> tuple[PartitionSnapshot, bytes]:
-        """:meth:`snapshot` without its facts, and the facts' JSON array spliced from the committed ``seg/``
-        entries (each is ``facts.to_bytes()`` of the fold's facts after the last commit, the same bytes
-        ``encode_snapshot`` would make), in :func:`all_facts` order: one multi-get instead of building and
-        encoding every fact of the partition at each snapshot (py-spy of ``bench.service``: 8% of the agent at
-        20k segments, growing with the partition). A segment the store lacks is encoded from the fold."""
-        sources = {ds for ds, p in self.partition_of.items() if p == partition}
-        sids = [sid for ds in self.timelines.data_sources() if ds in sources
-                for sid in known_segments(self.timelines, ds)]
-        parts = []
-        for sid, raw in zip(sids, self.store.get_many([SEG_PREFIX + id_key(sid) for sid in sids]), strict=True):
-            if raw is None:
-                facts = facts_of(self.timelines, sid)
-                if facts is None:
-                    continue
-                raw = facts.to_bytes()
-            parts.append(raw)
-        snap = PartitionSnapshot(SEGMENTS, partition, self._next.get((self.input_topic, partition), 0), (),
-                                 tuple(known_ids(self.timelines, sources)), tuple(self._recent.get(partition, ())),
-                                 self.writer)
-        return snap, b"[" + b",".join(parts) + b"]"
-
     def write_snapshots(self, force: bool = False) -> int:
         """Send (and flush) the snapshot of every partition due (every one applied to, with ``force``); call it
-        after a commit, so each covers only outputs already acknowledged. Returns the number written.
+        after a commit, so each covers only outputs already acknowledged. With an executor, a due partition's
+        snapshot is started there and sent by a later call once built (:meth:`wait_snapshots` waits for them);
+        a partition whose snapshot is being built is not due. Returns the number sent by this call.
 
         A snapshot larger than ``MAX_SNAPSHOT_BYTES`` is not written (a gaining worker replays that partition's log
         instead). Its partition is then not snapshotted again, due or not, until it holds fewer segments than it
-        did then: taking and compressing a snapshot costs time in proportion to the partition (about 300 ms of the
-        event loop at 23k segments, every ``every_records`` events) only to discard the result."""
+        did then: taking and compressing a snapshot costs time in proportion to the partition (about 140 ms at 23k
+        segments, every ``every_records`` events) only to discard the result."""
         policy, sink = self.snapshot_policy, self._snapshot_sink
         if policy is None or sink is None:
             return 0
+        built = self._built()
         now = self.clock()
-        due = [p for p, n in sorted(self._since.items()) if n > 0 and (
+        due = [p for p, n in sorted(self._since.items()) if n > 0 and p not in self._building and (
             force or n >= policy.every_records or (now - self._last_snapshot.get(p, now)) * 1000 >= policy.every_ms)]
-        written = 0
         for p in due:
             self._since[p], self._last_snapshot[p] = 0, now
             held = sum(count_known(self.timelines, ds) for ds, q in self.partition_of.items() if q == p)
             if held >= self._oversized.get(p, held + 1):
                 self.snapshots_skipped += 1
                 continue
-            snap, facts_json = self._snapshot_from_store(p)
-            data = encode_snapshot(snap, facts_json)
+            view = self.store.view()
+            args = (view, {ds for ds, q in self.partition_of.items() if q == p}, p,
+                    self._next.get((self.input_topic, p), 0), tuple(self._recent.get(p, ())), self.writer)
+            if self._executor is None:
+                built.append((p, _build_and_close(*args), held))
+            else:
+                self._building[p] = (self._executor.submit(_build_and_close, *args), held, self._epoch.get(p, 0))
+        written = 0
+        for p, data, held in built:
             if len(data) > MAX_SNAPSHOT_BYTES:
                 self._oversized[p] = held
                 log.warning("timeline snapshot of partition %d not written: %d bytes (limit %d); a worker gaining "
@@ -297,16 +312,45 @@ class TimelineAgent:
                             len(data), MAX_SNAPSHOT_BYTES, held)
                 continue
             self._oversized.pop(p, None)
-            sink.send_raw(self.topics.name(SNAPSHOTS), snap.key, data)
+            sink.send_raw(self.topics.name(SNAPSHOTS), snapshot_key(p), data)
             written += 1
         if written:
             try:
                 sink.flush()
             except Exception as e:  # a snapshot only saves work: the log stays the truth, a later one may go
-                log.warning("timeline snapshots of partitions %s not written: %s", due, e)
+                log.warning("timeline snapshots of partitions %s not written: %s", [p for p, _, _ in built], e)
                 return 0
             self.snapshots_written += written
         return written
+
+    def _built(self) -> list[tuple[int, bytes, int]]:
+        """The snapshots the executor finished since the last call: ``(partition, record value, segments held)``,
+        without those whose partition was adopted since they were started, or whose build failed (logged)."""
+        out: list[tuple[int, bytes, int]] = []
+        for p, (future, held, epoch) in sorted(self._building.items()):
+            if not future.done():
+                continue
+            del self._building[p]
+            if epoch != self._epoch.get(p, 0):
+                continue
+            try:
+                out.append((p, future.result(), held))
+            except Exception as e:  # a snapshot only saves work: a later one may go
+                log.warning("timeline snapshot of partition %d not built: %s: %s", p, type(e).__name__, e)
+        return out
+
+    def wait_snapshots(self, timeout: float | None = None) -> bool:
+        """Wait until no snapshot is being built (True) or ``timeout`` seconds passed (False); a later
+        :meth:`write_snapshots` sends them."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for future, _, _ in list(self._building.values()):
+            try:
+                future.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return False
+            except Exception:  # reported by write_snapshots
+                continue
+        return True
 
     def adopt(self, snapshot: PartitionSnapshot) -> bool:
         """Install ``snapshot`` when it is ahead of the store for its partition (see the module docstring); the
@@ -314,13 +358,14 @@ class TimelineAgent:
         p, tp = snapshot.partition, (self.input_topic, snapshot.partition)
         if snapshot.next_offset <= self._next.get(tp, 0):
             return False
+        self._epoch[p] = self._epoch.get(p, 0) + 1  # a snapshot of the partition being built is now stale
         old = {ds for ds, q in self.partition_of.items() if q == p} | snapshot.data_sources
         batch = self.store.batch()
         for sid in all_facts(self.timelines, old):  # what the store holds of them now goes
             batch.delete(SEG_PREFIX + id_key(sid))
             batch.delete(STATE_PREFIX + id_key(sid))
-        for text, _ in known_ids(self.timelines, old):
-            batch.delete(ID_PREFIX + text.encode())
+        for text, sid in known_ids(self.timelines, old):
+            batch.delete(id_entry_key(sid.data_source, text))
         for ds in sorted(old):
             if self.partition_of.pop(ds, None) is not None:
                 batch.delete(PART_PREFIX + ds.encode())
@@ -331,7 +376,7 @@ class TimelineAgent:
             if state != "absent":
                 batch.put(STATE_PREFIX + id_key(sid), state.encode())
         for text, sid in snapshot.known_ids:
-            batch.put(ID_PREFIX + text.encode(), id_key(sid))
+            batch.put(id_entry_key(sid.data_source, text), id_key(sid))
         for ds in sorted(snapshot.data_sources):
             self.partition_of[ds] = p
             batch.put(PART_PREFIX + ds.encode(), str(p).encode())
@@ -460,8 +505,37 @@ def change_value(sid: SegmentId, old: SegmentState, new: SegmentState, event_id:
 def load_timelines(store: AgentStateStore) -> Timelines:
     """Rebuild the fold from the stored facts (empty store: empty timelines)."""
     facts = [(parse_id_key(k[len(SEG_PREFIX):]), SegmentFacts.from_bytes(v)) for k, v in store.scan(SEG_PREFIX)]
-    known = [(k[len(ID_PREFIX):].decode(), parse_id_key(v)) for k, v in store.scan(ID_PREFIX)]
+    known = [(id_text_of(k, sid.data_source), sid) for k, v in store.scan(ID_PREFIX) for sid in (parse_id_key(v),)]
     return restore(facts, known)
+
+
+def build_snapshot(view: StoreView, data_sources: Collection[str], partition: int, next_offset: int,
+                   recent_ids: Sequence[str], writer: str) -> bytes:
+    """The snapshot record of ``partition`` as ``view`` holds it (its ``data_sources``, committed up to
+    ``next_offset``): byte for byte ``encode_snapshot(take_snapshot(...))`` of the fold at that commit
+    (unit-tested), since the store holds exactly the fold's facts (``seg/``, one entry per known segment, each
+    ``facts.to_bytes()``) and learned id texts (``id/``). Per data source in name order, its facts in segment id
+    order (interval, version, partition) and the ids by text: as :func:`all_facts` and :func:`known_ids`.
+    Reads nothing but ``view``: it may run on another thread while the fold moves on."""
+    facts: list[bytes] = []
+    ids: list[tuple[str, bytes]] = []
+    for ds in sorted(data_sources):
+        prefix = SEG_PREFIX + source_prefix(ds)
+        entries = [(tuple(orjson.loads(k[len(SEG_PREFIX):])[1:]), v) for k, v in view.scan(prefix)]
+        entries.sort(key=itemgetter(0))  # (start, end, version, partition): the segment id order
+        facts.extend(v for _, v in entries)
+        ids.extend((id_text_of(k, ds), v) for k, v in view.scan(id_entry_key(ds, "")))
+    ids.sort(key=itemgetter(0))  # a text names one id: no ties
+    snap = PartitionSnapshot(SEGMENTS, partition, next_offset, (), (), tuple(recent_ids), writer)
+    return encode_snapshot(snap, b"[" + b",".join(facts) + b"]",
+                           b"[" + b",".join(b"[%b,%b]" % (orjson.dumps(t), v) for t, v in ids) + b"]")
+
+
+def _build_and_close(view: StoreView, data_sources: Collection[str], partition: int, next_offset: int,
+                     recent_ids: Sequence[str], writer: str) -> bytes:
+    """:func:`build_snapshot`, then the view released (the store's close waits for it)."""
+    with view:
+        return build_snapshot(view, data_sources, partition, next_offset, recent_ids, writer)
 
 
 def stored_states(store: AgentStateStore) -> dict[SegmentId, SegmentState]:

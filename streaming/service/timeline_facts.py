@@ -17,14 +17,19 @@ are re-exported here; this module keeps the store's key layout and the two
 helpers that resolve what an event touches (``_resolve``).
 
 Key layout (under the store's ``data/``): ``seg/<id key>`` -> facts JSON,
-``state/<id key>`` -> state text, ``id/<id text>`` -> id key; an id key is the
-JSON array ``[dataSource, startMs, endMs, version, partitionId]`` (segment id
-*texts* can be ambiguous, the tuple cannot).
+``state/<id key>`` -> state text, ``id/<dataSource as JSON><id text>`` -> id key;
+an id key is the JSON array ``[dataSource, startMs, endMs, version, partitionId]``
+(segment id *texts* can be ambiguous, the tuple cannot). Both ``seg/`` and ``id/``
+entries are grouped by data source (:func:`source_prefix`, :func:`id_entry_key`),
+so one data source's entries are one prefix scan: what a partition's snapshot
+reads (:func:`streaming.service.timeline_agent.build_snapshot`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import orjson
 
 from coordinator.timeline.facts import (
     FactsEncoder,
@@ -48,11 +53,29 @@ from events.segments import (
 )
 
 __all__ = ["ID_PREFIX", "SEG_PREFIX", "STATE_PREFIX", "FactsEncoder", "SegmentFacts", "all_facts", "all_states",
-           "facts_of", "id_key", "ids_of", "learned_ids", "parse_id_key", "restore", "touched_ids", "unrecorded_ids"]
+           "facts_of", "id_entry_key", "id_key", "id_text_of", "ids_of", "learned_ids", "parse_id_key", "restore",
+           "source_prefix", "touched_ids", "unrecorded_ids"]
 
 SEG_PREFIX = b"seg/"
 STATE_PREFIX = b"state/"
 ID_PREFIX = b"id/"
+
+
+def source_prefix(data_source: str) -> bytes:
+    """What every id key of ``data_source`` starts with (``[`` and the data source's JSON string, then ``,``):
+    ``seg/`` + it is the prefix of that data source's facts."""
+    return b"[" + orjson.dumps(data_source) + b","
+
+
+def id_entry_key(data_source: str, text: str) -> bytes:
+    """The ``id/`` entry's key of an id text of ``data_source``: the data source's JSON string (its closing quote
+    ends it: no data source's prefix is another's), then the text."""
+    return ID_PREFIX + orjson.dumps(data_source) + text.encode()
+
+
+def id_text_of(key: bytes, data_source: str) -> str:
+    """The id text of an :func:`id_entry_key` of ``data_source``."""
+    return key[len(ID_PREFIX) + len(orjson.dumps(data_source)):].decode()
 
 
 def touched_ids(timelines: Timelines, event: Event) -> list[SegmentId]:

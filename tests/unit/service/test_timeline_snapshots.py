@@ -10,7 +10,10 @@ pure fold's, and B read the tail only. A restart of B keeps all of it.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +22,7 @@ from events import Envelope, Topics, encode
 from events.registry import Event
 from events.topics import SEGMENTS, SNAPSHOTS, TIMELINE
 from streaming.service.intake import InputRecord
-from streaming.service.state import AgentStateStore
+from streaming.service.state import AgentStateStore, StoreView
 from streaming.service.timeline_agent import FORMAT_VERSION, TimelineAgent
 from streaming.service.timeline_facts import all_facts, all_states
 from streaming.service.timeline_snapshots import SnapshotPolicy
@@ -179,13 +182,13 @@ def test_a_partition_too_large_for_a_snapshot_is_not_snapshotted_again_until_it_
         agent = TimelineAgent(store, TOPICS, sink)
         agent.enable_snapshots(SnapshotPolicy(every_records=20, every_ms=10**9), sink, "w")
         taken: list[int] = []
-        take = agent._snapshot_from_store
+        build = timeline_agent._build_and_close
 
-        def counted(p: int) -> tuple[object, bytes]:
+        def counted(view: StoreView, sources: set[str], p: int, *rest: Any) -> bytes:
             taken.append(p)
-            return take(p)
+            return build(view, sources, p, *rest)
 
-        monkeypatch.setattr(agent, "_snapshot_from_store", counted)
+        monkeypatch.setattr(timeline_agent, "_build_and_close", counted)
         monkeypatch.setattr(timeline_agent, "MAX_SNAPSHOT_BYTES", 10)  # no snapshot fits
         agent.process(log[:20])  # due: taken, too large, not written
         assert (len(taken), agent.snapshots_written, agent.snapshots_skipped) == (1, 0, 0)
@@ -199,3 +202,98 @@ def test_a_partition_too_large_for_a_snapshot_is_not_snapshotted_again_until_it_
         assert decode_snapshot(sink.snapshots[b"timeline/0"]).next_offset == log[59].offset + 1
         agent.process(log[60:80])  # written once again: nothing is remembered against it any more
         assert (len(taken), agent.snapshots_written) == (3, 2)
+
+
+class Deferred(Executor):
+    """An executor that runs what it was given only when told (:meth:`run_all`): a snapshot is built after
+    whatever the test does in between, as a busy snapshot thread would."""
+
+    def __init__(self) -> None:
+        self.queued: list[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self.queued.append((future, fn, args))
+        return future
+
+    def run_all(self) -> None:
+        queued, self.queued = self.queued, []
+        for future, fn, args in queued:
+            future.set_result(fn(*args))
+
+
+def test_a_snapshot_built_off_the_event_loop_is_that_of_the_commit_it_was_started_after(tmp_path: Path) -> None:
+    """Built later, while the fold moved on: still the state of the commit after which it was due (a store view
+    of that commit), sent by a later call; the partition is not due again while it is being built."""
+    log = [r for r in log_of(600) if r.partition == 0]
+    executor = Deferred()
+    with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
+        sink = Sink()
+        agent = TimelineAgent(store, TOPICS, sink)
+        agent.enable_snapshots(SnapshotPolicy(every_records=20, every_ms=10**9), sink, "w", executor)
+        agent.process(log[:20])  # due: started, not built yet
+        assert len(executor.queued) == 1 and sink.snapshots == {} and agent.snapshots_written == 0
+        expected = encode_snapshot(agent.snapshot(0))
+        agent.process(log[20:45])  # due again by count, but its snapshot is being built: nothing more started
+        assert len(executor.queued) == 1
+        executor.run_all()
+        assert agent.wait_snapshots(timeout=0)
+        agent.process(log[45:50])  # sends the built one; the partition is due again: the next one starts
+        assert agent.snapshots_written == 1 and sink.snapshots[b"timeline/0"] == expected
+        assert decode_snapshot(expected).next_offset == log[19].offset + 1
+        assert len(executor.queued) == 1
+        expected = encode_snapshot(agent.snapshot(0))
+        executor.run_all()
+        assert agent.write_snapshots() == 1 and sink.snapshots[b"timeline/0"] == expected
+
+
+def test_a_snapshot_being_built_when_its_partition_is_adopted_is_dropped(tmp_path: Path) -> None:
+    log = [r for r in log_of(600) if r.partition == 0]
+    policy = SnapshotPolicy(every_records=20, every_ms=10**9)
+    with AgentStateStore(tmp_path / "a", FORMAT_VERSION) as a_store:
+        a_sink = Sink()
+        a = TimelineAgent(a_store, TOPICS, a_sink)
+        a.enable_snapshots(policy, a_sink, "A")
+        feed(a, log[:100])
+    newer = decode_snapshot(a_sink.snapshots[b"timeline/0"])
+    executor = Deferred()
+    with AgentStateStore(tmp_path / "b", FORMAT_VERSION) as b_store:
+        b_sink = Sink()
+        b = TimelineAgent(b_store, TOPICS, b_sink)
+        b.enable_snapshots(policy, b_sink, "B", executor)
+        b.process(log[:20])  # B's own snapshot of offset 20 is being built
+        assert len(executor.queued) == 1
+        assert b.adopt(newer)  # the partition jumps ahead: what is being built is stale
+        executor.run_all()
+        assert b.write_snapshots() == 0 and b_sink.snapshots == {}
+
+
+def test_a_snapshot_reads_only_its_partition_s_data_sources_even_when_names_share_a_prefix(tmp_path: Path) -> None:
+    """Data sources whose names prefix one another (``wiki``, ``wiki_edits``, ``wiki"x``) on two partitions: each
+    partition's snapshot, read by one prefix scan per data source, is byte for byte that of the fold."""
+    from events.segments import SegmentAnnounced, SegmentsPublished, SegmentUnannounced
+    from tests.integration.test_service_timeline import env, seg
+
+    names = {"wiki": 0, "wiki_edits": 1, 'wiki"x': 0, "wiki_": 1, "w": 0}
+    records: list[InputRecord] = []
+    offsets = [0, 0]
+    n = 0
+    for day in range(3):
+        for ds, p in names.items():
+            s = seg(ds, day, "v1")
+            for event in (SegmentsPublished(task_id=f"t{n}", segments=(s,)), SegmentAnnounced(server="h", segment=s),
+                          SegmentUnannounced(server="h", segment_id=str(s.id))):
+                records.append(InputRecord(TOPICS.name(SEGMENTS), p, offsets[p], ds.encode(),
+                                           encode(env(event, f"e{n}", ds))))
+                offsets[p] += 1
+                n += 1
+    with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
+        sink = Sink()
+        agent = TimelineAgent(store, TOPICS, sink)
+        agent.enable_snapshots(SnapshotPolicy(every_records=10**6, every_ms=10**9), sink, "w")
+        agent.process(records)
+        assert agent.write_snapshots(force=True) == 2
+        for p in (0, 1):
+            snap = decode_snapshot(sink.snapshots[f"timeline/{p}".encode()])
+            assert snap.data_sources == {ds for ds, q in names.items() if q == p}
+            assert sink.snapshots[f"timeline/{p}".encode()] == encode_snapshot(agent.snapshot(p))
