@@ -28,44 +28,57 @@ Per batch, in this order (its exactly-once effect, docs/architecture.md):
    ``segments`` instead of ``locks``, keyed by its dataSource and sealed too;
 3. the sink is flushed (every output and dead letter acknowledged);
 4. ONE RocksDB write batch commits the state (the tail's new requests, or a
-   new snapshot replacing the tail), the applied order, the next offsets and
-   the applied ids.
+   new snapshot replacing the tail; the segments the batch committed), the
+   applied order, the next offsets and the applied ids.
 
-**What is stored: a snapshot plus a bounded tail.** Under ``data/``:
+**What is stored: the committed segments, a snapshot of the rest, a bounded tail.** Under ``data/``:
 
-- ``snapshot`` -> ``{"seq": S, "lockbox": <snapshot>}`` (orjson): the whole
-  lockbox after the first ``S`` applied requests, as
-  :mod:`coordinator.locks.snapshot` writes it: tasks, locks and holders,
-  lock sequences, published segments, allocations (the partition counters
-  and the ended tasks a decision needs are derived from them), metadata,
-  appends under replace locks, committed replaces and the waiting requests in
-  arrival order, with every order a decision reads;
+- ``seg/<dataSource>\\x00<index>`` (index: 12 digits from 0) -> the JSON record of the ``index``-th segment
+  the lockbox committed in that data source, in commit order: one entry per segment, written by the batch
+  that commits it. The lockbox never forgets a committed segment (``SourceState.segments`` is append-only,
+  :meth:`~coordinator.locks.state.SourceState.add_segment`), so these entries only grow; which segments a
+  batch committed is the fold's answer (:meth:`~coordinator.locks.state.LockboxState.segments_since` the
+  counts stored so far), never re-derived from the decisions here;
+- ``snapshot`` -> ``{"seq": S, "lockbox": <split snapshot>}`` (orjson): the lockbox after the first ``S``
+  applied requests **without its committed segments**, as
+  :func:`coordinator.locks.snapshot.split_snapshot_to_json` writes it: tasks, locks and holders, lock
+  sequences, each data source's number of committed segments (``segmentCount``), allocations (the partition
+  counters and the ended tasks a decision needs are derived from them), metadata, appends under replace
+  locks, committed replaces and the waiting requests in arrival order, with every order a decision reads;
 - ``in/<seq>`` -> the original bytes of applied request ``seq``, for
   ``S <= seq < next``: the **tail** after the snapshot;
 - ``order/<seq>`` -> the event id of applied request ``seq``, for every
   ``seq < next``: the audit of what was applied in which order (never read on
   start; the request bytes themselves are in the log).
 
-**Invariant** (after every commit): restoring ``snapshot`` and handling the
-tail in ``seq`` order gives the lockbox the agent had in memory when it
-committed, and ``next - S < snapshot_every``. The agent snapshots at the end of
+**Invariant** (after every commit): the ``seg/`` entries of each data source are its committed segments, in
+order; restoring ``snapshot`` with the first ``segmentCount`` entries of each data source and handling the
+tail in ``seq`` order gives the lockbox the agent had in memory when it committed (the entries past
+``segmentCount`` are the tail's own commits: handling the tail commits them again, in the same order), and
+``next - S < snapshot_every``. The agent snapshots at the end of
 a batch as soon as the tail would reach ``snapshot_every`` requests: that batch
 writes the new snapshot (``S = next``) and deletes the committed tail keys
 instead of writing its own, in the same write batch as the offsets and applied
-ids. So a start reads one snapshot, fewer than ``snapshot_every`` tail requests
-and the offsets, whatever the number of requests applied (the snapshot's size
-is the state's, not the history's), and handles at most ``snapshot_every - 1``
+ids. So a start reads one snapshot, the committed segments, fewer than ``snapshot_every`` tail requests
+and the offsets, whatever the number of requests applied (what it reads is the state's size, not the
+history's), and handles at most ``snapshot_every - 1``
 requests. The restore is exact (a restored lockbox decides as the
 never-restarted one, waiting requests included: property-tested in
-``tests/unit/locks/test_lockbox_snapshot.py``). The sequence number is global
+``tests/unit/locks/test_lockbox_snapshot.py``; a restore after every batch equals the live agent:
+``tests/unit/locks/test_lockbox_agent_store.py``). The sequence number is global
 over partitions because the task registry is shared by all data sources: the
 tail is handled in the order the agent applied it, whatever the partition
-interleaving was. Writing a snapshot costs a serialization of the whole state
-once per ``snapshot_every`` requests (``SNAPSHOT_EVERY``, or the
-``SEGCOORD_LOCKBOX_SNAPSHOT_EVERY`` environment variable): with 10k live locks
-and 10k tasks a snapshot is 3.7 MB, about 0.1 s to write and 0.2 s to read, so
-the default of 5000 adds about 20 µs per request at that size and bounds a
-start to one snapshot read plus under 5000 re-handled requests.
+interleaving was.
+
+**What a snapshot costs.** The snapshot is written inside :meth:`stage`, on the worker's event loop, once per
+``snapshot_every`` requests (``SNAPSHOT_EVERY``, or the ``SEGCOORD_LOCKBOX_SNAPSHOT_EVERY`` environment
+variable). It no longer holds the segments, which are most of a lockbox (the lockbox never forgets one): a
+snapshot costs the live locks, tasks, allocations and waiters only. With one task and one lock, the batch
+that writes it took 1.3 ms at 10k, 30k and 80k committed segments (a 0.7 kB snapshot), as long as a batch
+without one, against 21 ms, 75 ms and 425 ms (2.1, 6.3 and 16.6 MB) when the snapshot held every segment;
+storing each segment costs its batch about 2 us instead (``python -m bench.lockbox_agent --snapshot-cost``,
+docs/lockbox.md). The default of 5000
+bounds a start to one snapshot read, the segments, and under 5000 re-handled requests.
 
 A crash anywhere before 4 leaves the store at the previous batch: the restart
 re-reads from its offsets, re-decides identically and re-emits identical
@@ -126,7 +139,7 @@ def _input_key(seq: int) -> bytes:
 
 
 def _segment_key(data_source: str, index: int) -> bytes:
-    """``seg/<dataSource>\x00<index, 12 digits>``: a scan returns each data source's segments in commit order."""
+    """``seg/<dataSource>\\x00<index, 12 digits>``: a scan returns each data source's segments in commit order."""
     return SEGMENT_PREFIX + data_source.encode() + b"\x00" + str(index).zfill(_SEGMENT_INDEX_WIDTH).encode()
 
 
