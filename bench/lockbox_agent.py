@@ -7,10 +7,14 @@ RocksDB store in batches of ``--batch`` (what one fetch brings at 1000 requests/
 agent sends, as the producer does. Printed: CPU microseconds per request (``time.process_time``), and against
 it, in the same run, the pure fold of the same requests (decode + ``Lockbox.handle``): the agent's own cost
 (dedupe, the ``segments_published`` twin and its seal, encoding the outputs, the write batch) is the
-difference.
+difference. The agent's periodic snapshots fall in the measured requests as in the worker (``--snapshot-every``,
+default the agent's own, ``SNAPSHOT_EVERY`` or ``SEGCOORD_LOCKBOX_SNAPSHOT_EVERY``); the slowest batch (wall
+time, ms) and the snapshots written are printed too: a snapshot stalls the worker's event loop for its batch.
 
-Run: ``.venv/bin/python -m bench.lockbox_agent [--requests 5000] [--batch 20] [--published 10000] [--rounds 3]``.
-No broker. ``--profile PATH`` writes a cProfile of the last agent round.
+Run: ``.venv/bin/python -m bench.lockbox_agent [--requests 5000] [--batch 20] [--published 10000] [--rounds 3]
+[--snapshot-every N]``. No broker. ``--profile PATH`` writes a cProfile of the last agent round.
+``--snapshot-cost`` measures instead the wall time of a batch that writes the snapshot against one that does
+not, alternated (``--rounds`` times each, at least 5) after ``--published`` segments.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import cProfile
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.locks.lockbox import Lockbox
@@ -93,12 +98,24 @@ def _requests(sink: _Sink, agent: lockbox_agent.LockboxAgent, published: int, re
                         10_000_000 + i)) for i in range(requests)]
 
 
-def _round(published: int, requests: int, batch: int, profile: str | None) -> tuple[float, float]:
-    """One agent run and one fold run on the same requests: CPU us per request of each."""
+@dataclass(frozen=True)
+class Round:
+    """One round's figures: CPU us per request of the agent and of the pure fold, the slowest batch's wall time
+    (ms) and the snapshots the agent wrote during the measured requests."""
+
+    agent_us: float
+    fold_us: float
+    max_batch_ms: float
+    snapshots: int
+
+
+def _round(published: int, requests: int, batch: int, profile: str | None,
+           snapshot_every: int | None = None) -> Round:
+    """One agent run and one fold run on the same requests."""
     with tempfile.TemporaryDirectory(prefix="bench-lockbox-agent-") as tmp, \
             AgentStateStore(Path(tmp) / lockbox_agent.STORE_NAME, lockbox_agent.FORMAT_VERSION) as store:
         sink = _Sink()
-        agent = lockbox_agent.LockboxAgent(store, TOPICS, sink, publish_key=KEY)
+        agent = lockbox_agent.LockboxAgent(store, TOPICS, sink, snapshot_every=snapshot_every, publish_key=KEY)
         values = _requests(sink, agent, published, requests)
         first = sum(agent.next_offsets().values())
         # the pure fold's lockbox: the same state, restored from the agent's store before the measured requests
@@ -110,16 +127,21 @@ def _round(published: int, requests: int, batch: int, profile: str | None) -> tu
         heap = FrozenHeap()  # the worker's heap policy: the restored state frozen out of the collector's scans
         heap.start()
         prof = cProfile.Profile() if profile else None
+        snapshots = agent.snapshots_written
+        slowest = 0.0
         cpu = time.process_time()
         if prof:
             prof.enable()
         for i in range(0, len(records), batch):
+            wall = time.perf_counter()
             agent.process(records[i:i + batch])
+            slowest = max(slowest, time.perf_counter() - wall)
             heap.after_batch()
         if prof:
             prof.disable()
             prof.dump_stats(profile)  # type: ignore[arg-type]
         agent_us = (time.process_time() - cpu) / requests * 1e6
+        snapshots = agent.snapshots_written - snapshots
         assert agent.counters.dead_lettered == 0, agent.counters.last_reasons
         outputs = len(sink.values)
     heap.start()
@@ -129,7 +151,36 @@ def _round(published: int, requests: int, batch: int, profile: str | None) -> tu
         decisions += len(Lockbox.handle(box, decode(v)))
     fold_us = (time.process_time() - cpu) / requests * 1e6
     assert outputs == decisions + requests, (outputs, decisions)  # each accepted publish: a decision and its twin
-    return agent_us, fold_us
+    return Round(agent_us, fold_us, slowest * 1000, snapshots)
+
+
+def _snapshot_cost(published: int, batch: int, rounds: int) -> None:
+    """Wall time of a batch of ``batch`` requests that writes the agent's snapshot against one that does not,
+    alternated ``rounds`` times each after ``published`` segments were committed (the gc frozen, as the worker's
+    heap policy has it): what a snapshot adds to the event loop's stall."""
+    with tempfile.TemporaryDirectory(prefix="bench-lockbox-agent-") as tmp, \
+            AgentStateStore(Path(tmp) / lockbox_agent.STORE_NAME, lockbox_agent.FORMAT_VERSION) as store:
+        sink = _Sink()
+        agent = lockbox_agent.LockboxAgent(store, TOPICS, sink, publish_key=KEY)
+        values = _requests(sink, agent, published, 2 * rounds * batch)
+        first = sum(agent.next_offsets().values())
+        records = [InputRecord(TOPICS.name(LOCK_REQUESTS), 0, first + i, DS.encode(), v, T0 + i)
+                   for i, v in enumerate(values)]
+        heap = FrozenHeap()
+        heap.start()
+        plain: list[float] = []
+        snapshot: list[float] = []
+        for r in range(2 * rounds):
+            agent.snapshot_every = 1 if r % 2 else 1 << 62  # every other batch writes the snapshot
+            wall = time.perf_counter()
+            agent.process(records[r * batch:(r + 1) * batch])
+            (snapshot if r % 2 else plain).append((time.perf_counter() - wall) * 1000)
+            heap.after_batch()
+        size = len(store.get(lockbox_agent.SNAPSHOT_KEY) or b"")
+    print(f"{published} segments committed: a batch of {batch} without the snapshot median "
+          f"{statistics.median(plain):.1f} ms (max {max(plain):.1f}), with it {statistics.median(snapshot):.1f} ms "
+          f"(max {max(snapshot):.1f}); "
+          f"snapshot {size / 1000:.1f} kB", flush=True)
 
 
 def main() -> None:
@@ -138,19 +189,28 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--published", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--snapshot-every", type=int, default=None,
+                        help="the agent's snapshot interval in requests (default: the agent's own)")
     parser.add_argument("--profile", default=None)
+    parser.add_argument("--snapshot-cost", action="store_true",
+                        help="instead: a batch writing the snapshot against one that does not, --rounds times each")
     args = parser.parse_args()
-    agents, folds = [], []
+    if args.snapshot_cost:
+        _snapshot_cost(args.published, args.batch, max(args.rounds, 5))
+        return
+    rounds: list[Round] = []
     for r in range(1, args.rounds + 1):
-        agent_us, fold_us = _round(args.published, args.requests, args.batch,
-                                   args.profile if r == args.rounds else None)
-        agents.append(agent_us)
-        folds.append(fold_us)
-        print(f"round {r}: lockbox agent {agent_us:.1f} us CPU per publish request, pure fold (decode + handle) "
-              f"{fold_us:.1f} us; agent / fold = {agent_us / fold_us:.2f}", flush=True)
-    a, f = statistics.median(agents), statistics.median(folds)
+        got = _round(args.published, args.requests, args.batch, args.profile if r == args.rounds else None,
+                     args.snapshot_every)
+        rounds.append(got)
+        print(f"round {r}: lockbox agent {got.agent_us:.1f} us CPU per publish request, pure fold (decode + handle) "
+              f"{got.fold_us:.1f} us; agent / fold = {got.agent_us / got.fold_us:.2f}; slowest batch "
+              f"{got.max_batch_ms:.1f} ms, {got.snapshots} snapshots", flush=True)
+    a, f = statistics.median(x.agent_us for x in rounds), statistics.median(x.fold_us for x in rounds)
+    slowest = statistics.median(x.max_batch_ms for x in rounds)
     print(f"median of {args.rounds}: agent {a:.1f} us, fold {f:.1f} us per publish request "
-          f"(batches of {args.batch}, {args.published} segments published before); agent / fold = {a / f:.2f}")
+          f"(batches of {args.batch}, {args.published} segments published before); agent / fold = {a / f:.2f}; "
+          f"slowest batch {slowest:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ source's part only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import Any
 
 from coordinator.locks.offsets import plus
@@ -143,9 +145,28 @@ class SourceState:
                 self._reserve_id(key, a.segment.partition_id)
 
     def add_segment(self, seg: SegmentDescriptor) -> None:
-        """A committed segment (the only way ``segments`` grows: the derived indexes follow)."""
+        """A committed segment (the only way ``segments`` grows: the derived indexes follow).
+
+        ``segments`` is append-only: nothing removes or replaces a committed segment, and an id committed again
+        keeps its first descriptor and its place (the lockbox never decides that: a publish or an import of a
+        committed id with other contents is refused, one with the same contents is answered without committing;
+        only a foreign decision log could name it twice, and the first commit wins, as the metadata store's
+        primary key would have it). So the n-th committed segment stays the n-th: :meth:`segments_since`."""
+        if seg.id in self.segments:
+            return
         self.segments[seg.id] = seg
         self._index(seg)
+
+    def segments_since(self, count: int) -> list[SegmentDescriptor]:
+        """The segments committed after the first ``count`` (``segments`` is append-only), in commit order.
+
+        Costs the new segments only (read backwards from the end of the dict), not the data source's size."""
+        new = len(self.segments) - count
+        if new <= 0:
+            return []
+        tail = list(islice(reversed(self.segments.values()), new))
+        tail.reverse()
+        return tail
 
     def copy(self) -> SourceState:
         return SourceState(
@@ -234,6 +255,21 @@ class LockboxState:
         empty = SourceState().persistent()
         sources = {ds: p for ds, src in sorted(self.sources.items()) if (p := src.persistent()) != empty}
         return (self.tasks, sources, self.lock_source)
+
+    def segment_counts(self) -> dict[str, int]:
+        """How many segments each data source committed (sources with none left out)."""
+        return {ds: n for ds, src in self.sources.items() if (n := len(src.segments))}
+
+    def segments_since(self, counts: Mapping[str, int]) -> dict[str, list[SegmentDescriptor]]:
+        """Per data source, the segments committed after the first ``counts[ds]`` (0 when absent), in commit
+        order; sources with none new left out. With ``counts`` = :meth:`segment_counts` taken earlier: exactly
+        what was committed since (each once), whatever happened in between, since ``segments`` only grows at
+        its end (:meth:`SourceState.add_segment`). Costs the data sources plus the new segments."""
+        out: dict[str, list[SegmentDescriptor]] = {}
+        for ds, src in self.sources.items():
+            if len(src.segments) > counts.get(ds, 0):
+                out[ds] = src.segments_since(counts.get(ds, 0))
+        return out
 
     def has_ended(self, task_id: str) -> bool:
         """Whether ``task_id`` ended while its group still runs and keeps its allocation records (the only ended

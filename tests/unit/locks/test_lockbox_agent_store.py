@@ -13,10 +13,13 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import orjson
 import pytest
 
+from coordinator.locks.lockbox import Lockbox
 from coordinator.locks.snapshot import encode_snapshot
 from events import Envelope, Event, Topics, decode, encode
+from events.locks import PublishAccepted
 from events.topics import LOCK_REQUESTS
 from streaming.service.intake import InputRecord
 from streaming.service.lockbox_agent import (
@@ -25,6 +28,7 @@ from streaming.service.lockbox_agent import (
     LockboxAgent,
     applied_requests,
     load_lockbox,
+    stored_segments,
     tail_requests,
 )
 from streaming.service.state import AgentStateStore
@@ -145,7 +149,7 @@ def test_restarts_and_crashes_after_snapshots_equal_the_never_restarted_agent(tm
 
 def test_records_read_on_start_do_not_grow_with_the_applied_requests(tmp_path: Path) -> None:
     every = 50
-    read: dict[int, tuple[int, int, int]] = {}
+    read: dict[int, tuple[int, int, int, int]] = {}
     for n_tasks in (60, 600):
         path = tmp_path / f"h{n_tasks}"
         agent, _ = never_restarted(records(n_tasks), path, every)
@@ -154,15 +158,18 @@ def test_records_read_on_start_do_not_grow_with_the_applied_requests(tmp_path: P
         with CountingStore(path, FORMAT_VERSION) as store:
             store.records_read = 0  # the format check of opening is not the agent's start
             started = LockboxAgent(store, TOPICS, ListSink(), snapshot_every=every)
-            read[n_tasks] = (applied, store.records_read, started.restored_tail)
+            segments = sum(len(src.segments) for src in started.lockbox.sources.values())
+            read[n_tasks] = (applied, store.records_read, started.restored_tail, segments)
             assert len(tail_requests(store)) == started.restored_tail < every
             assert len(applied_requests(store)) == applied == started.counters_restored
-    (small_applied, small_read, _), (big_applied, big_read, _) = read[60], read[600]
+    (small_applied, small_read, _, small_segs), (big_applied, big_read, _, big_segs) = read[60], read[600]
     assert big_applied > 8 * small_applied > 2000
-    # one snapshot, fewer than `every` tail requests, one offset per partition: whatever the history's length
-    bound = 1 + (every - 1) + 1
-    assert small_read <= bound and big_read <= bound, read
-    print(f"records read on start: {read}")
+    # one snapshot, one entry per committed segment (the state: what the snapshot value held before the
+    # segments were stored apart), fewer than `every` tail requests, one offset per partition: whatever the
+    # number of requests applied
+    assert small_read <= 1 + small_segs + (every - 1) + 1 and big_read <= 1 + big_segs + (every - 1) + 1, read
+    assert big_read - big_segs <= every + 1, read
+    print(f"records read on start (applied, read, tail, committed segments): {read}")
 
 
 def test_a_store_of_the_previous_format_is_wiped_and_rebuilt_from_the_log(tmp_path: Path) -> None:
@@ -242,3 +249,91 @@ def test_staging_twice_without_finishing_is_refused(tmp_path: Path) -> None:
         agent.stage(recs[3:])
         agent.finish()
         assert agent.next_offsets()[(TOPIC, 0)] == len(recs[:3]) + len(recs[3:])
+
+
+def segments_of(box: Lockbox) -> dict[str, list[object]]:
+    return {ds: list(src.segments.values()) for ds, src in box.sources.items() if src.segments}
+
+
+@pytest.mark.parametrize("every", [1, 4, 13])
+def test_a_restore_after_every_batch_equals_the_live_agent(tmp_path: Path, every: int) -> None:
+    """The committed segments are stored apart, one entry per segment, and the snapshot only counts them: after
+    every batch, the stored segments are the live lockbox's, in its order, and a restore (the snapshot, its
+    count of stored segments, the tail) equals the live lockbox, orders included. A count too high or too low,
+    a segment stored twice or missed, or another order, would fail here (the tail would commit a segment the
+    restore already has, or the restore would miss one the tail does not commit)."""
+    recs = records(120, seed=23)
+    with AgentStateStore(tmp_path / "lb", FORMAT_VERSION) as store:
+        agent = LockboxAgent(store, TOPICS, ListSink(), snapshot_every=every)
+        restores_with_segments_after_the_snapshot = 0
+        rng, i = random.Random(2), 0
+        while i < len(recs):  # small batches: the tail after a snapshot spans several of them
+            n = rng.randint(1, 6)
+            agent.process(recs[i:i + n])
+            i += n
+            assert stored_segments(store) == segments_of(agent.lockbox)
+            restored = load_lockbox(store)
+            assert encode_snapshot(restored.lockbox) == encode_snapshot(agent.lockbox)
+            assert restored.next_seq == agent.counters.applied and restored.tail < every
+            # a snapshot taken after segments were committed, and more committed by the tail after it
+            snap = store.get(b"snapshot")
+            if snap is not None and restored.tail:
+                counted = sum(src["segmentCount"] for _, src in orjson.loads(snap)["lockbox"]["sources"])
+                restores_with_segments_after_the_snapshot += 0 < counted < sum(
+                    len(src.segments) for src in agent.lockbox.sources.values())
+        assert sum(len(v) for v in segments_of(agent.lockbox).values()) > 50
+        assert agent.snapshots_written >= 5
+        if every > 1:
+            assert restores_with_segments_after_the_snapshot >= 5
+
+
+class PoisonedLockbox(Lockbox):
+    """A lockbox with a defect: the second publish it commits in one batch raises once it is committed (the
+    state is part-way mutated, its segments added), once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits_in_batch = 0
+        self.poisoned: str | None = None
+
+    def handle(self, envelope: Envelope[Event]) -> list[Event]:
+        out = super().handle(envelope)
+        if any(isinstance(d, PublishAccepted) and not d.already_published for d in out):
+            self.commits_in_batch += 1
+            if self.commits_in_batch == 2 and self.poisoned is None:
+                self.poisoned = envelope.event_id
+                raise RuntimeError("a defect of the core")
+        return out
+
+
+def test_a_core_failure_after_segments_were_committed_in_the_batch_stores_each_segment_once(
+        tmp_path: Path) -> None:
+    """When ``Lockbox.handle`` raises part way, the agent rebuilds the lockbox from the store and re-handles the
+    requests applied earlier in the batch: the segments they committed are stored once, those of the failed
+    request never, as if that request had been an undecodable record."""
+    recs = records(60, seed=5)
+    every = 6
+    with AgentStateStore(tmp_path / "poisoned", FORMAT_VERSION) as store:
+        agent = LockboxAgent(store, TOPICS, ListSink(), snapshot_every=every)
+        box = agent.lockbox = PoisonedLockbox()
+        for b in batches(recs, random.Random(4)):
+            box.commits_in_batch = 0
+            agent.process(b)
+        assert box.poisoned is not None and agent.lockbox is not box  # rebuilt from the store
+        assert agent.counters.dead_lettered == sum(r.value in BAD for r in recs) + 1
+        poisoned = box.poisoned
+        live, stored = encode_snapshot(agent.lockbox), stored_segments(store)
+        assert stored == segments_of(agent.lockbox)
+        assert encode_snapshot(load_lockbox(store).lockbox) == live
+    # the oracle: the same records, the failed one undecodable instead
+    bad = [InputRecord(r.topic, r.partition, r.offset, r.key, b"not json")
+           if r.value is not None and not r.value.startswith(b"not") and r.value not in BAD
+           and decode(r.value).event_id == poisoned else r for r in recs]
+    assert sum(a is not b for a, b in zip(bad, recs, strict=True)) >= 1
+    oracle, _ = never_restarted(bad, tmp_path / "oracle", every)
+    assert encode_snapshot(oracle.lockbox) == live
+    assert stored_segments(oracle.store) == stored
+    oracle.store.close()
+
+
+BAD = {b"not json", b'{"event_type": "lock_requested"}', b'{"event_type":"x"}'}
