@@ -99,7 +99,7 @@ from streaming.service.timeline_facts import (
     restore,
     source_prefix,
 )
-from streaming.service.timeline_snapshots import MAX_SNAPSHOT_BYTES, SnapshotPolicy
+from streaming.service.timeline_snapshots import MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_SEGMENTS, SnapshotPolicy
 
 # 2: part/<dataSource> (per-partition snapshots); 3: only used segments take part; 4: id/ entries by data source
 FORMAT_VERSION = "timeline-agent/4"
@@ -282,7 +282,8 @@ class TimelineAgent:
         A snapshot larger than ``MAX_SNAPSHOT_BYTES`` is not written (a gaining worker replays that partition's log
         instead). Its partition is then not snapshotted again, due or not, until it holds fewer segments than it
         did then: taking and compressing a snapshot costs time in proportion to the partition (about 140 ms at 23k
-        segments, every ``every_records`` events) only to discard the result."""
+        segments, every ``every_records`` events) only to discard the result. A partition holding more than
+        ``MAX_SNAPSHOT_SEGMENTS`` is not tried at all (it cannot fit)."""
         policy, sink = self.snapshot_policy, self._snapshot_sink
         if policy is None or sink is None:
             return 0
@@ -293,7 +294,12 @@ class TimelineAgent:
         for p in due:
             self._since[p], self._last_snapshot[p] = 0, now
             held = sum(count_known(self.timelines, ds) for ds, q in self.partition_of.items() if q == p)
-            if held >= self._oversized.get(p, held + 1):
+            if held >= self._oversized.get(p, held + 1) or held > MAX_SNAPSHOT_SEGMENTS:
+                if held > MAX_SNAPSHOT_SEGMENTS and p not in self._oversized:
+                    log.warning("timeline snapshot of partition %d not taken: it holds %d segments, more than fit "
+                                "in one (%d at most); a worker gaining it replays the log", p, held,
+                                MAX_SNAPSHOT_SEGMENTS)
+                    self._oversized[p] = MAX_SNAPSHOT_SEGMENTS + 1
                 self.snapshots_skipped += 1
                 continue
             view = self.store.view()

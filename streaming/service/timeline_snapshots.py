@@ -42,6 +42,11 @@ log = logging.getLogger("segcoord.service")
 EVERY_ENV, EVERY_MS_ENV, IDS_ENV = ("SEGCOORD_TIMELINE_SNAPSHOT_EVERY", "SEGCOORD_TIMELINE_SNAPSHOT_MS",
                                     "SEGCOORD_TIMELINE_SNAPSHOT_IDS")
 MAX_SNAPSHOT_BYTES = 900_000  # under Kafka's default 1 MB record limit: a larger one is not written (logged)
+# A partition holding more segments than this is not even tried: its snapshot cannot fit in MAX_SNAPSHOT_BYTES,
+# since a segment's facts and id never compress below 8 bytes (each names its own interval twice, as two
+# epoch-millisecond numbers and in its id text; 19-20 bytes a segment in bench.snapshot_stall, one data source of
+# hourly segments). Building one costs CPU in proportion to the partition: seconds at 1M segments, for nothing.
+MAX_SNAPSHOT_SEGMENTS = MAX_SNAPSHOT_BYTES // 8
 # What librdkafka fetches ahead of the readers of ``snapshots``: a few records (up to ``MAX_SNAPSHOT_BYTES`` each),
 # not its defaults (100,000 messages per partition, 64 MB), which would queue the whole uncompacted topic in native
 # memory while a worker that is busy starting up reads it (only the last record per key is kept).

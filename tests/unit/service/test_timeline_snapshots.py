@@ -297,3 +297,32 @@ def test_a_snapshot_reads_only_its_partition_s_data_sources_even_when_names_shar
             snap = decode_snapshot(sink.snapshots[f"timeline/{p}".encode()])
             assert snap.data_sources == {ds for ds, q in names.items() if q == p}
             assert sink.snapshots[f"timeline/{p}".encode()] == encode_snapshot(agent.snapshot(p))
+
+
+def test_a_partition_with_more_segments_than_any_snapshot_holds_is_not_even_built(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streaming.service import timeline_agent
+
+    log = [r for r in log_of(400) if r.partition == 0]
+    built: list[int] = []
+    build = timeline_agent._build_and_close
+
+    def counted(view: StoreView, sources: set[str], p: int, *rest: Any) -> bytes:
+        built.append(p)
+        return build(view, sources, p, *rest)
+
+    monkeypatch.setattr(timeline_agent, "_build_and_close", counted)
+    with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
+        sink = Sink()
+        agent = TimelineAgent(store, TOPICS, sink)
+        agent.enable_snapshots(SnapshotPolicy(every_records=20, every_ms=10**9), sink, "w")
+        agent.process(log[:20])
+        assert (built, agent.snapshots_written) == ([0], 1)  # small enough: built and written
+        monkeypatch.setattr(timeline_agent, "MAX_SNAPSHOT_SEGMENTS", 1)  # no partition of this log fits now
+        agent.process(log[20:40])
+        agent.process(log[40:60])
+        assert (built, agent.snapshots_written, agent.snapshots_skipped) == ([0], 1, 2)
+        monkeypatch.setattr(timeline_agent, "MAX_SNAPSHOT_SEGMENTS", 10**6)
+        agent._oversized[0] = 10**6  # as if it had held more: it is tried again
+        agent.process(log[60:80])
+        assert (built, agent.snapshots_written) == ([0, 0], 2)
