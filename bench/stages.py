@@ -194,6 +194,10 @@ def report(bootstrap: str, topics: Topics, trace: Path, sent_at: dict[str, float
         cpu = [ln.n / 1000 for ln in stages[stage] if lo <= ln.at <= hi]
         if cpu:
             print(f"    {stage}: {sum(cpu) / 1000 / span:.2f} CPU s/s of its thread, p50 p99 {_pct(cpu)} ms per batch")
+    for stage in sorted(s for s in stages if s.startswith("hold:")):
+        holds = [ln.n / 1000 for ln in stages[stage] if lo <= ln.at <= hi]
+        if holds:
+            print(f"    {stage}: {len(holds)} in the window, {sum(holds):.0f} ms in all, longest {max(holds):.1f} ms")
     for stage in sorted(s for s in stages if s.startswith("flush-begin:")):
         name = stage.split(":", 1)[1]
         f_begins = sorted(ln.at for ln in stages[stage] if lo <= ln.at <= hi)

@@ -65,7 +65,7 @@ from coordinator.placement.settled import DEFAULT_WINDOW, SettledWindow
 from coordinator.planner.balancing import DEFAULT_PERIOD_MS
 from events.topics import CLUSTER, COMMANDS, LOCK_REQUESTS, SEGMENTS, TIMELINE, Topics
 from streaming import credentials
-from streaming.service import delivery, faust_patches
+from streaming.service import delivery, faust_patches, stage_trace
 from streaming.service import lockbox_agent as lockbox_mod
 from streaming.service import planner_agent as planner_mod
 from streaming.service import timeline_agent as timeline_mod
@@ -187,7 +187,8 @@ def build_app(bootstrap: str, topics: Topics, timeline: TimelineAgent, lockbox: 
 
         async def snapshot_timer() -> None:
             """Between batches: a partition that went quiet still gets its snapshot once its period passed."""
-            timeline.write_snapshots()
+            with stage_trace.held("snapshot-timer"):
+                timeline.write_snapshots()
 
         app.timer(max(1.0, timeline.snapshot_policy.every_ms / 1000 / 4), name=f"{app_id}.snapshot-timer")(
             snapshot_timer)
@@ -260,7 +261,8 @@ def _upsert_timer(agent: UpsertAgent) -> Callable[[], Any]:
         if agent.batches_since_start == 0 or agent.last_batch_size >= BATCH_MAX:
             return
         try:
-            agent.tick(int(time.time() * 1000))
+            with stage_trace.held("upsert-timer"):
+                agent.tick(int(time.time() * 1000))
         except Exception:
             log.exception("upsert timer run failed; exiting so a restart resumes from the store")
             logging.shutdown()

@@ -255,7 +255,8 @@ class BatchDelivery:
                 _fail(route.name, self.exit_code)
             self._observed(route, share, began)
         if self.heap is not None:
-            self.heap.after_batch()
+            with stage_trace.held("heap"):
+                self.heap.after_batch()
 
     def _observed(self, route: Route, share: Sequence[InputRecord], began: float) -> None:
         """The batch's records and time to the observer, and the route's lag: a look-up of every partition's high

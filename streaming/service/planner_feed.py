@@ -134,7 +134,8 @@ class PlannerThread(ThreadPoolExecutor):
             with self.lock:
                 with self._count:
                     self._waiting -= 1
-                return fn(*args, **kwargs)
+                with stage_trace.held(getattr(fn, "__qualname__", "job")):
+                    return fn(*args, **kwargs)
 
         return super().submit(locked)
 

@@ -12,7 +12,10 @@ With ``SEGCOORD_STAGE_TRACE=PATH`` the worker appends one line per stage event t
 - ``feed-fetched`` / ``feed-done``: the planner feed's fetch and the planner's batch back on the feed's thread;
   ``begin:planner`` / ``done:planner`` on the planner's own thread;
 - ``flush-begin:<producer>`` (``n``: messages in the producer, queued or not yet reported) and
-  ``flush-done:<producer>``.
+  ``flush-done:<producer>``;
+- ``hold:<job>``: a job that held a thread others wait for (a job on the planner's thread, a timer run or the
+  heap's collection on the event loop), marked when it ends; ``n`` is how long it held it, in microseconds
+  (:func:`held`).
 
 ``bench.service --only placement`` with the variable set (the worker inherits it) joins the lines with its own
 times by offset (``bench/stages.py``): sent, fetched, lockbox done, its ``segments_published`` fetched by the
@@ -23,10 +26,11 @@ feed's write to the same file).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import IO
 
 ENV = "SEGCOORD_STAGE_TRACE"
@@ -54,6 +58,19 @@ def mark(stage: str, topic: str = "-", partition: int = -1, first: int = -1, las
     line = f"{time.time():.6f} {stage} {topic} {partition} {first} {last} {n}\n"
     with _lock:
         _out.write(line)
+
+
+@contextlib.contextmanager
+def held(job: str) -> Iterator[None]:
+    """Mark ``hold:<job>`` with the block's wall time in microseconds when it ends (no-op unless enabled)."""
+    if _out is None:
+        yield
+        return
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        mark(f"hold:{job}", n=int((time.perf_counter() - began) * 1e6))
 
 
 def records(stage: str, recs: Sequence[object]) -> None:

@@ -36,3 +36,24 @@ def test_one_line_per_partition_with_its_offset_span_and_the_records_found_again
     index = _Index(ln for ln in lines if ln.stage == "fetched")
     assert index.at("a", 6) == lines[0].at and index.at("a", 11) == lines[2].at and index.at("b", 40) == lines[1].at
     assert index.at("a", 4) is None and index.at("a", 13) is None and index.at("c", 1) is None
+
+
+def test_a_held_block_is_marked_when_it_ends_with_how_long_it_held(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    import time
+
+    out = io.StringIO()
+    monkeypatch.setattr(stage_trace, "_out", out)
+    began = time.perf_counter()
+    with pytest.raises(RuntimeError), stage_trace.held("recount"):
+        time.sleep(0.002)  # the block's own duration, measured below: not a wait for anything
+        raise RuntimeError("a failing job is marked too")
+    spent_us = (time.perf_counter() - began) * 1e6
+    path = tmp_path / "trace.txt"
+    path.write_text(out.getvalue())
+    [line] = read_trace(path)
+    assert line.stage == "hold:recount" and 2000 <= line.n <= spent_us
+    monkeypatch.setattr(stage_trace, "_out", None)
+    with stage_trace.held("recount"):  # off: nothing written, nothing timed
+        pass
+    assert out.getvalue().count("\n") == 1
