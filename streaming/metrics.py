@@ -46,6 +46,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from coordinator.placement.state import PlacementState
 from coordinator.planner.planner import Plan
+from coordinator.readmodel.placement import HealthCounts
 
 SERVICE = "segcoord/coordinator"
 VERSION = "0.1.0"
@@ -165,14 +166,17 @@ class ServiceMetrics:
 
     def load_health(self, state: PlacementState, at_ms: int) -> None:
         """``segment/unavailable/count`` and ``segment/underReplicated/count`` per tier over every used segment
-        (the read model :func:`coordinator.readmodel.placement.tier_health`); O(used segments)."""
-        from coordinator.readmodel.placement import tier_health
+        (the read model :func:`coordinator.readmodel.placement.tier_health`); O(used segments) in one go."""
+        counts = HealthCounts()
+        counts.add(state, at_ms, state.used)
+        self.publish_health(counts, at_ms)
 
-        health = tier_health(state, at_ms)
-        values: list[Value] = [
-            ("segment/unavailable/count", None, None, float(sum(_unavailable(state, at_ms))))]
+    def publish_health(self, counts: HealthCounts, at_ms: int) -> None:
+        """The counts of :meth:`load_health`, counted by the caller (a slice at a time: streaming.service.observe),
+        to the gauges and the topic."""
+        values: list[Value] = [("segment/unavailable/count", None, None, float(counts.unavailable))]
         values.extend(("segment/underReplicated/count", "tier", tier, float(h["underReplicated"]))
-                      for tier, h in health.items())
+                      for tier, h in counts.tiers().items())
         self._set(values)
         self._publish(values, at_ms)
 
@@ -261,12 +265,6 @@ def _kinds(result: Plan) -> dict[str, int]:
     for cmd in result.commands:
         kinds[cmd.type] = kinds.get(cmd.type, 0) + 1
     return kinds
-
-
-def _unavailable(state: PlacementState, at_ms: int) -> list[int]:
-    from coordinator.readmodel.placement import load_status_simple
-
-    return list(load_status_simple(state, at_ms).values())
 
 
 def now_ms() -> int:

@@ -9,7 +9,8 @@ tier holds at least one copy and fewer than it wants (Druid's ``segment/underRep
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.placement.state import PlacementState
@@ -83,15 +84,55 @@ def load_status_full(p: PlacementState, now: int) -> dict[str, dict[str, int]]:
 def tier_health(p: PlacementState, now: int) -> dict[str, dict[str, int]]:
     """Per tier the rules load into: segments wanted there, ``unavailable`` there (no copy in the tier) and
     ``underReplicated`` (some copies, fewer than wanted)."""
-    out: dict[str, Counter[str]] = {}
-    for w in wants(p, now):
-        for tier, n in w.replicants:
-            c = out.setdefault(tier, Counter())
-            have = loaded_in(p, w.segment, tier)
-            c["segments"] += 1
-            c["unavailable"] += have == 0
-            c["underReplicated"] += 0 < have < n
-    return {tier: {k: c[k] for k in ("segments", "unavailable", "underReplicated")} for tier, c in sorted(out.items())}
+    counts = HealthCounts()
+    counts.add(p, now, p.used)
+    return counts.tiers()
+
+
+@dataclass(slots=True)
+class HealthCounts:
+    """:func:`tier_health` and the segments that should be loaded but have no copy anywhere (the sum of
+    :func:`load_status_simple`: Druid's ``segment/unavailable/count``), counted over used segments a slice at a
+    time (:meth:`add`), in any order.
+
+    **Invariant:** after :meth:`add` over slices that together name every used segment once, each segment is
+    counted exactly once, as the state was when its slice was counted; a segment named but no longer used then
+    is not counted. Over one slice of every used segment: exactly :func:`tier_health` and
+    :func:`load_status_simple`. So a caller can count a large state in slices, letting other work on the state
+    run between them, and each segment is still counted once."""
+
+    unavailable: int = 0
+    _tiers: dict[str, Counter[str]] = field(default_factory=dict)
+
+    def add(self, p: PlacementState, now: int, segments: Iterable[SegmentId]) -> None:
+        """Count ``segments`` (those still used) as ``p`` has them now, with the rules matched at ``now``."""
+        match = p.rules.matcher(now)
+        used, tiers, holders = p.used, self._tiers, p.holders
+        for sid in segments:
+            if sid not in used:
+                continue
+            seg = p.segments[sid]
+            rule = match(seg.data_source, seg.interval)
+            if rule is None or rule.kind != "load":
+                continue
+            wanted = [(tier, n) for tier, n in rule.tiered_replicants.items() if n > 0]
+            if not wanted:
+                continue
+            if not holders.get(sid):
+                self.unavailable += 1
+            for tier, n in wanted:
+                c = tiers.get(tier)
+                if c is None:
+                    c = tiers[tier] = Counter()
+                have = p.copies(sid, tier).loaded
+                c["segments"] += 1
+                c["unavailable"] += have == 0
+                c["underReplicated"] += 0 < have < n
+
+    def tiers(self) -> dict[str, dict[str, int]]:
+        """:func:`tier_health`'s answer for what was counted."""
+        return {tier: {k: c[k] for k in ("segments", "unavailable", "underReplicated")}
+                for tier, c in sorted(self._tiers.items())}
 
 
 def held_bytes(p: PlacementState, name: str) -> int:

@@ -128,3 +128,37 @@ def test_validators_name_the_field() -> None:
     assert check_config({"maxSegmentsToMove": 3}).max_segments_to_move == 3
     with pytest.raises(PayloadError, match="expected KEY=VALUE"):
         parse_assignments(["=1"])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_health_counted_in_slices_counts_each_used_segment_once_as_the_whole_count_does(seed: int) -> None:
+    """What the worker's metrics recount does (a slice per job on the planner's thread): any slicing, and ids no
+    longer used among the slices, give the whole count's tier health and unavailable segments."""
+    import random
+
+    from events.segments import SegmentsMarkedUnused
+
+    rng = random.Random(seed)
+    log = Log()
+    for name, tier in (("h1", "hot"), ("h2", "hot"), ("c1", "cold")):
+        log(ServerJoined(server=name, tier=tier, max_size_bytes=10**6))
+    log(RulesSet(data_source="wiki", rules=({"type": "loadForever", "tieredReplicants": {"hot": 2, "cold": 1}},)))
+    segs = [seg(d) for d in range(60)]
+    log(SegmentsPublished(task_id="t", segments=tuple(segs)))
+    for s in segs:
+        for server in ("h1", "h2", "c1"):
+            if rng.random() < 0.5:
+                log(SegmentAnnounced(server=server, segment=s))
+    gone = rng.sample(segs, 10)
+    ids = list(log.p.used)
+    log(SegmentsMarkedUnused(segment_ids=tuple(str(s.id) for s in gone), reason="test"))  # named, no longer used
+    rng.shuffle(ids)
+    counts = placement.HealthCounts()
+    i = 0
+    while i < len(ids):
+        n = rng.randint(1, 9)
+        counts.add(log.p, T0, ids[i:i + n])
+        i += n
+    assert counts.tiers() == placement.tier_health(log.p, T0)
+    assert counts.unavailable == sum(placement.load_status_simple(log.p, T0).values())
+    assert counts.tiers()["hot"]["segments"] == 50
