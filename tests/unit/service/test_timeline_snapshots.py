@@ -172,6 +172,21 @@ def test_a_snapshot_is_the_encoding_of_the_fold_s_own_facts(tmp_path: Path) -> N
     assert checked >= 10
 
 
+def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The partitions whose snapshot the agent builds from now on, in order."""
+    from streaming.service import timeline_agent
+
+    built: list[int] = []
+    build = timeline_agent._build_and_close
+
+    def counted(view: StoreView, sources: set[str], p: int, *rest: Any) -> bytes:
+        built.append(p)
+        return build(view, sources, p, *rest)
+
+    monkeypatch.setattr(timeline_agent, "_build_and_close", counted)
+    return built
+
+
 def test_a_partition_too_large_for_a_snapshot_is_not_snapshotted_again_until_it_holds_fewer_segments(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from streaming.service import timeline_agent
@@ -181,14 +196,7 @@ def test_a_partition_too_large_for_a_snapshot_is_not_snapshotted_again_until_it_
         sink = Sink()
         agent = TimelineAgent(store, TOPICS, sink)
         agent.enable_snapshots(SnapshotPolicy(every_records=20, every_ms=10**9), sink, "w")
-        taken: list[int] = []
-        build = timeline_agent._build_and_close
-
-        def counted(view: StoreView, sources: set[str], p: int, *rest: Any) -> bytes:
-            taken.append(p)
-            return build(view, sources, p, *rest)
-
-        monkeypatch.setattr(timeline_agent, "_build_and_close", counted)
+        taken = count_builds(monkeypatch)
         monkeypatch.setattr(timeline_agent, "MAX_SNAPSHOT_BYTES", 10)  # no snapshot fits
         agent.process(log[:20])  # due: taken, too large, not written
         assert (len(taken), agent.snapshots_written, agent.snapshots_skipped) == (1, 0, 0)
@@ -304,14 +312,7 @@ def test_a_partition_with_more_segments_than_any_snapshot_holds_is_not_even_buil
     from streaming.service import timeline_agent
 
     log = [r for r in log_of(400) if r.partition == 0]
-    built: list[int] = []
-    build = timeline_agent._build_and_close
-
-    def counted(view: StoreView, sources: set[str], p: int, *rest: Any) -> bytes:
-        built.append(p)
-        return build(view, sources, p, *rest)
-
-    monkeypatch.setattr(timeline_agent, "_build_and_close", counted)
+    built = count_builds(monkeypatch)
     with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
         sink = Sink()
         agent = TimelineAgent(store, TOPICS, sink)
