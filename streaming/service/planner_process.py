@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
+from streaming.service import stage_trace
 from streaming.service.election import Election, ElectionLeadership, LeaderDirectory, election_topic
 from streaming.service.heap import FrozenHeap
 from streaming.service.observe import Observer
@@ -53,7 +54,8 @@ def lead(bootstrap: str, topics: Topics, planner: PlannerAgent, producer: Patien
     def on_batch(n: int, seconds: float, lag: int | None) -> None:
         observer.batch("planner", n, seconds, lag)
         if after_batch is not None:
-            after_batch()
+            with stage_trace.held("heap:planner"):
+                after_batch()
 
     feed = PlannerFeed(bootstrap, planner, producer, pool, shutdown, worker_id=me.worker_id,
                        plan_every_s=plan_every_s, extra=kafka_log, election_topic=election_topic(topics),
