@@ -26,7 +26,9 @@ Three measurements, each against a fresh topic prefix and an empty state folder:
    the paced window only (``PATH.full.raw``, ``PATH.incremental.raw``).
 
 ``--only agent``: the timeline agent alone in this process (no broker, no worker, a real RocksDB store), against
-the same fold: what the agent adds to the fold, per CPU second.
+the same fold: what the agent adds to the fold, per CPU second. Both run under the worker's heap policy
+(``FrozenHeap``; ``--heap default``: CPython's collector) and the agent's records are dropped after each batch, as
+the worker does (docs/service.md, "The agent in process, seventh pass").
 
 Baseline in the same run: a pure in-process fold of the same events (decode + ``Timelines.apply``, decode +
 ``Lockbox.handle``), printed with the service/fold ratio.
