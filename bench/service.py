@@ -165,6 +165,7 @@ def agent_in_process(values: list[bytes], batch: int = 2000, rounds: int = 2, he
 
     topics = Topics("bench.")
     best_fold = best_agent = 0.0
+    ratios: list[float] = []
     thresholds = gc.get_threshold()
     for run in range(1, rounds + 1):
         gc.collect()  # every round from the same heap: nothing of the last one left for the collector to scan
@@ -200,11 +201,13 @@ def agent_in_process(values: list[bytes], batch: int = 2000, rounds: int = 2, he
         assert len(sink.values) == changes, (len(sink.values), changes)
         del agent, sink  # (the next round's fold would run beside this agent's whole fold state)
         best_agent = max(best_agent, len(values) / cpu)
+        ratios.append(len(values) / cpu / fold_cpu_rate)
         print(f"timeline agent in-process (run {run}): {len(values) / wall:,.0f} events/s, "
               f"{len(values) / cpu:,.0f} per CPU second; pure fold {fold_rate:,.0f} events/s, "
               f"{fold_cpu_rate:,.0f} per CPU second; agent/fold = {len(values) / cpu / fold_cpu_rate:.2f} (CPU)")
     print(f"best of {rounds} ({heap} heap policy): agent {best_agent:,.0f}, fold {best_fold:,.0f} events per CPU "
-          f"second; agent/fold = {best_agent / best_fold:.2f} (CPU)")
+          f"second; agent/fold = {best_agent / best_fold:.2f} (CPU; median of the rounds' own ratios "
+          f"{statistics.median(ratios):.2f})")
 
 
 def cpu_seconds(pid: int) -> float:
