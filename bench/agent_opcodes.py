@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench.service import _BytesSink, segment_events
+from bench.service import BytesSink, segment_events
 from coordinator.timeline.timelines import Timelines
 from events import Topics, decode, encode
 from events.topics import SEGMENTS
@@ -64,7 +64,7 @@ def main() -> None:
     topics = Topics("bench.")
     with tempfile.TemporaryDirectory(prefix="bench-opcodes-") as tmp, \
             AgentStateStore(Path(tmp) / "timeline", timeline_agent.FORMAT_VERSION) as store:
-        agent = timeline_agent.TimelineAgent(store, topics, _BytesSink())
+        agent = timeline_agent.TimelineAgent(store, topics, BytesSink())
         records = [InputRecord(topics.name(SEGMENTS), 0, i, None, v, 1000 + i) for i, v in enumerate(values)]
         sys.settrace(tracer)
         for i in range(0, len(records), 1000):

@@ -26,7 +26,9 @@ Three measurements, each against a fresh topic prefix and an empty state folder:
    the paced window only (``PATH.full.raw``, ``PATH.incremental.raw``).
 
 ``--only agent``: the timeline agent alone in this process (no broker, no worker, a real RocksDB store), against
-the same fold: what the agent adds to the fold, per CPU second.
+the same fold: what the agent adds to the fold, per CPU second. Both run under the worker's heap policy
+(``FrozenHeap``; ``--heap default``: CPython's collector) and the agent's records are dropped after each batch, as
+the worker does (docs/service.md, "The agent in process, seventh pass").
 
 Baseline in the same run: a pure in-process fold of the same events (decode + ``Timelines.apply``, decode +
 ``Lockbox.handle``), printed with the service/fold ratio.
@@ -39,6 +41,7 @@ under a temporary home and stops it at the end. It always stops by itself.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import shutil
@@ -96,17 +99,22 @@ def request_events(n: int, seed: int = 2) -> list[Envelope[Event]]:
     return out
 
 
-def fold_timeline(values: list[bytes]) -> tuple[int, float, float]:
+def fold_timeline(values: list[bytes], after_batch: Callable[[], None] | None = None,
+                  batch: int = 2000) -> tuple[int, float, float]:
     """Visibility changes a pure fold emits, its events/s and its events per CPU second (decode included, as the
-    agent decodes)."""
+    agent decodes). ``after_batch``: called after every ``batch`` events, inside the time (the worker's heap policy,
+    :meth:`FrozenHeap.after_batch`, as ``agent_in_process`` calls it after each of the agent's batches)."""
     started, cpu = time.perf_counter(), time.process_time()
     timelines, seen, changes = Timelines(), set(), 0
-    for v in values:
-        e = decode(v)
-        if e.event_id in seen:
-            continue
-        seen.add(e.event_id)
-        changes += len(timelines.apply(e.event))
+    for i in range(0, len(values), batch if after_batch is not None else max(1, len(values))):
+        for v in values[i:i + batch] if after_batch is not None else values:
+            e = decode(v)
+            if e.event_id in seen:
+                continue
+            seen.add(e.event_id)
+            changes += len(timelines.apply(e.event))
+        if after_batch is not None:
+            after_batch()
     return changes, len(values) / (time.perf_counter() - started), len(values) / (time.process_time() - cpu)
 
 
@@ -138,38 +146,68 @@ class BytesSink:
         pass
 
 
-def agent_in_process(values: list[bytes], batch: int = 2000, rounds: int = 2) -> None:
+def agent_in_process(values: list[bytes], batch: int = 2000, rounds: int = 2, heap: str = "worker") -> None:
     """The timeline agent alone, in this process, on a real RocksDB store, in batches of ``batch`` (the worker's
     fetch size), against the pure fold of the same run: the agent's own cost (dedupe, seal check, outputs, state
     staging, the write batch) without the broker, the other agents or the machine's other jobs in the figure.
 
+    ``heap="worker"``: the fold and the agent both run under the worker's heap policy (``FrozenHeap``: the young
+    threshold raised, a collection and a freeze after a batch at most once a second, as ``segcoord run`` does);
+    ``"default"``: CPython's collector as it comes, where each full collection scans the whole fold (a few per
+    round, at whatever moment the collector's thresholds say: the largest source of the spread between rounds).
+
     ``rounds`` runs of the fold and of the agent, alternating; the last line compares the best CPU rate of
     each (on a loaded machine a single pair moves by +-0.1)."""
     from streaming.service import timeline_agent
+    from streaming.service.heap import FrozenHeap
     from streaming.service.intake import InputRecord
     from streaming.service.state import AgentStateStore
 
     topics = Topics("bench.")
     best_fold = best_agent = 0.0
+    ratios: list[float] = []
+    thresholds = gc.get_threshold()
     for run in range(1, rounds + 1):
-        changes, fold_rate, fold_cpu_rate = fold_timeline(values)
+        gc.collect()  # every round from the same heap: nothing of the last one left for the collector to scan
+        policy = FrozenHeap() if heap == "worker" else None
+        if policy is not None:
+            policy.start()
+        changes, fold_rate, fold_cpu_rate = fold_timeline(values, policy.after_batch if policy else None, batch)
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
         best_fold = max(best_fold, fold_cpu_rate)
+        policy = FrozenHeap() if heap == "worker" else None
         with tempfile.TemporaryDirectory(prefix="bench-agent-") as tmp, \
                 AgentStateStore(Path(tmp) / "timeline", timeline_agent.FORMAT_VERSION) as store:
             sink = BytesSink()
             agent = timeline_agent.TimelineAgent(store, topics, sink)
-            records = [InputRecord(topics.name(SEGMENTS), 0, i, None, v, 1000 + i) for i, v in enumerate(values)]
-            started, cpu = time.perf_counter(), time.process_time()
-            for i in range(0, len(records), batch):
-                agent.process(records[i:i + batch])
-            wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+            name, wall, cpu = topics.name(SEGMENTS), 0.0, 0.0
+            if policy is not None:
+                policy.start()  # (the worker: after its stores are loaded)
+            for i in range(0, len(values), batch):
+                # each batch's records built before its call and dropped after it, as the worker does: holding all
+                # of them (and the envelopes they keep) grew the heap the collector scans, a cost the worker does
+                # not have
+                records = [InputRecord(name, 0, j, None, values[j], 1000 + j)
+                           for j in range(i, min(i + batch, len(values)))]
+                started, cpu_started = time.perf_counter(), time.process_time()
+                agent.process(records)
+                if policy is not None:
+                    policy.after_batch()  # (the worker's event loop, after each fetched batch)
+                wall, cpu = wall + time.perf_counter() - started, cpu + time.process_time() - cpu_started
+                del records
+            gc.unfreeze()
+            gc.set_threshold(*thresholds)
         assert len(sink.values) == changes, (len(sink.values), changes)
+        del agent, sink  # (the next round's fold would run beside this agent's whole fold state)
         best_agent = max(best_agent, len(values) / cpu)
+        ratios.append(len(values) / cpu / fold_cpu_rate)
         print(f"timeline agent in-process (run {run}): {len(values) / wall:,.0f} events/s, "
               f"{len(values) / cpu:,.0f} per CPU second; pure fold {fold_rate:,.0f} events/s, "
               f"{fold_cpu_rate:,.0f} per CPU second; agent/fold = {len(values) / cpu / fold_cpu_rate:.2f} (CPU)")
-    print(f"best of {rounds}: agent {best_agent:,.0f}, fold {best_fold:,.0f} events per CPU second; "
-          f"agent/fold = {best_agent / best_fold:.2f} (CPU)")
+    print(f"best of {rounds} ({heap} heap policy): agent {best_agent:,.0f}, fold {best_fold:,.0f} events per CPU "
+          f"second; agent/fold = {best_agent / best_fold:.2f} (CPU; median of the rounds' own ratios "
+          f"{statistics.median(ratios):.2f})")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -846,6 +884,9 @@ def main() -> None:
     parser.add_argument("--timeline-workers", choices=("both", "leading", "no-planner"), default="both",
                         help="timeline: the leading worker (planner on), a --no-planner worker, or both in turn")
     parser.add_argument("--rounds", type=int, default=2, help="agent: alternating runs of the fold and the agent")
+    parser.add_argument("--heap", choices=("worker", "default"), default="worker",
+                        help="agent: the fold and the agent under the worker's heap policy (FrozenHeap), or under "
+                             "CPython's default collector")
     parser.add_argument("--planner", choices=("both", "full", "incremental"), default="both",
                         help="placement: the full-plan baseline, the incremental planner, or both (the ratio)")
     parser.add_argument("--balancer", choices=("planner", "external"), default="planner",
@@ -859,7 +900,7 @@ def main() -> None:
                              "written into the planner's store before it starts (default: direct above 10k)")
     args = parser.parse_args()
     if args.only == "agent":
-        agent_in_process([encode(e) for e in segment_events(args.segments)], rounds=args.rounds)
+        agent_in_process([encode(e) for e in segment_events(args.segments)], rounds=args.rounds, heap=args.heap)
         return
 
     with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:

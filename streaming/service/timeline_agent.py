@@ -84,7 +84,7 @@ from events.topics import SEGMENTS, SNAPSHOTS, TIMELINE, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
 from streaming import credentials
 from streaming.service.intake import AgentCounters, InputRecord, Sink, dead_letter_of, prior_ids
-from streaming.service.state import AgentStateStore, StoreBatch, StoreView
+from streaming.service.state import DATA_PREFIX, AgentStateStore, StoreBatch, StoreView
 from streaming.service.timeline_facts import (
     ID_PREFIX,
     SEG_PREFIX,
@@ -175,6 +175,7 @@ class TimelineAgent:
         next_offsets, batch_offsets, adopted, partition_of = self._next, batch.offsets, self.adopted, self.partition_of
         event_ids = _EventIds()
         applied = batch._applied  # seen_in() and mark_applied(), inline: two calls less per record
+        n_applied = n_emitted = 0  # counted into self.counters after the loop
         for rec in records:
             # admit(), inline (one call less per record): below the stored next offset -> skipped; else the offset
             # moves (in memory and in the batch), whatever becomes of the record; undecodable -> dead letter
@@ -211,7 +212,7 @@ class TimelineAgent:
                 self._dead_letter(rec, str(e))
                 continue
             applied[eid] = rec.timestamp_ms or None  # batch.mark_applied(): eid is not in it (checked above)
-            c.applied += 1
+            n_applied += 1
             for sid in learned:
                 batch.put(id_entry_key(sid.data_source, str(sid)), self._facts.key(sid))
             partition = rec.partition
@@ -226,10 +227,11 @@ class TimelineAgent:
                 continue
             if send_raw is not None:
                 when = values.when(env.occurred_at, env.event_id)
+            head = event_ids.head(rec.topic, partition)
             for i, change in enumerate(changes):  # (a segment's facts change only by an event naming it: no
                 sid = change.segment_id               # touched entry for the others whose state changes)
                 states[sid] = change.new
-                event_id = event_ids.of(rec.topic, partition, offset, i)
+                event_id = blake2b(b"%b%d\x00%d" % (head, offset, i), digest_size=16).hexdigest()  # event_ids.of()
                 if send_raw is not None:
                     ds, value = values.value(sid, change.old, change.new, event_id, when)
                     send_raw(output_topic, ds, value)
@@ -237,7 +239,9 @@ class TimelineAgent:
                     out = SegmentVisibilityChanged(segment_id=str(sid), data_source=sid.data_source,
                                                    interval=sid.interval, from_state=change.old, to_state=change.new)
                     self.sink.send(Envelope(out, event_id, env.occurred_at, sid.data_source, env.event_id))
-            c.emitted += len(changes)
+            n_emitted += len(changes)
+        c.applied += n_applied
+        c.emitted += n_emitted
         self._stage_facts(batch, touched, states)
         for p, n in tail_read.items():  # how much of the log a partition adopted from a snapshot cost to read
             info = self.adopted[p] = {**self.adopted[p], "read": int(self.adopted[p]["read"]) + n}  # type: ignore[call-overload]
@@ -410,21 +414,23 @@ class TimelineAgent:
         ``mark_unused``, ``announce``, ``unannounce``), while a change of state reaches other segments too
         (overshadowed, back to visible); their stored facts are already the fold's, and are not written again."""
         stage, key_of, timelines = self._facts.stage, self._facts.key, self.timelines
-        put, delete = batch.put, batch.delete
+        # batch.put(k, v) / batch.delete(k), inline: the write batch's own calls under the store's data prefix (one
+        # Python call less per entry, two or three entries per event)
+        put, delete = batch._batch.put, batch._batch.delete
         keys: dict[SegmentId, bytes] = {}  # a key encoded once when a segment is touched and changes state
         for sid in touched:
             key, facts = stage(timelines, sid)
             keys[sid] = key
             if facts is None:
-                delete(SEG_PREFIX + key)
+                delete(_DATA_SEG + key)
             else:
-                put(SEG_PREFIX + key, facts)
+                put(_DATA_SEG + key, facts)
         for sid, state in states.items():
             key = keys.get(sid) or key_of(sid)
             if state == "absent":
-                delete(STATE_PREFIX + key)
+                delete(_DATA_STATE + key)
             else:
-                put(STATE_PREFIX + key, _STATE_BYTES.get(state) or state.encode())
+                put(_DATA_STATE + key, _STATE_BYTES.get(state) or state.encode())
 
     def _dead_letter(self, rec: InputRecord, reason: str) -> None:
         """As :class:`~streaming.consumer.EventConsumer` does: original bytes, position, reason; id from position."""
@@ -438,6 +444,7 @@ class TimelineAgent:
 #: an instance of any other class, a subclass of these included, is still asked.
 _UNSEALED: frozenset[type] = frozenset(t for t in (SegmentAnnounced, SegmentUnannounced) if not issubclass(t, Sealed))
 _CHANGE_VERSION = SegmentVisibilityChanged.schema_version
+_DATA_SEG, _DATA_STATE = DATA_PREFIX + SEG_PREFIX, DATA_PREFIX + STATE_PREFIX  # StoreBatch.put's full keys
 _STATES: tuple[SegmentState, ...] = get_args(SegmentState)
 _STATE_BYTES: dict[str, bytes] = {st: st.encode() for st in _STATES}
 _STATE_JSON: dict[str, bytes] = {st: orjson.dumps(st) for st in _STATES}
@@ -493,11 +500,16 @@ class _EventIds:
     def __init__(self) -> None:
         self._heads: dict[tuple[str, int], bytes] = {}
 
-    def of(self, topic: str, partition: int, offset: int, index: int) -> str:
+    def head(self, topic: str, partition: int) -> bytes:
+        """The hash input's head of ``topic[partition]``: :meth:`of` is ``blake2b(head + b"<offset>\\x00<index>")``
+        (the agent hashes inline with it, once per output)."""
         head = self._heads.get((topic, partition))
         if head is None:
             head = self._heads[(topic, partition)] = f"{topic}\x00{partition}\x00".encode()
-        return blake2b(b"%b%d\x00%d" % (head, offset, index), digest_size=16).hexdigest()
+        return head
+
+    def of(self, topic: str, partition: int, offset: int, index: int) -> str:
+        return blake2b(b"%b%d\x00%d" % (self.head(topic, partition), offset, index), digest_size=16).hexdigest()
 
 
 def change_value(sid: SegmentId, old: SegmentState, new: SegmentState, event_id: str, occurred_at: Instant,

@@ -8,6 +8,7 @@ the coordinator's (or a genuine one dead-lettered) because the seal was checked 
 
 from __future__ import annotations
 
+import gc
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -135,6 +136,30 @@ def test_output_ids_are_derived_event_ids(topic: str, partition: int, offset: in
     ids = _EventIds()
     for _ in range(2):
         assert ids.of(topic, partition, offset, index) == derived_event_id(topic, partition, offset, index)
+
+
+def test_the_agent_s_outputs_carry_the_derived_ids_of_their_input_s_position(tmp_path: Path) -> None:
+    """Every visibility change the agent emits has ``derived_event_id(topic, partition, offset, index)`` of its input
+    record (``index``: its place among that record's outputs), over two partitions of one batch: the ids a restarted
+    worker re-emits under, which consumers drop by."""
+    events = segment_stream(random.Random(11), 600)
+    topic = TOPICS.name(SEGMENTS)
+    records = [InputRecord(topic, i % 2, i // 2, None, encode(e), 1000 + i) for i, e in enumerate(events)]
+    position = {e.event_id: (r.partition, r.offset) for e, r in zip(events, records, strict=True)}
+    sink = BytesSink()
+    with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
+        agent = TimelineAgent(store, TOPICS, sink)
+        for start in range(0, len(records), 200):
+            agent.process(records[start:start + 200])
+    index: dict[str, int] = {}
+    outputs = [decode(v) for v in sink.values]
+    assert len(outputs) > len(events) / 2
+    for out in outputs:
+        cause = out.causation_id
+        assert cause is not None
+        partition, offset = position[cause]
+        i = index[cause] = index.get(cause, -1) + 1
+        assert out.event_id == derived_event_id(topic, partition, offset, i)
 
 
 # -- the seal, checked over the message as read ----------------------------------------------------------------
@@ -317,3 +342,17 @@ def test_a_restored_fold_has_one_id_object_per_segment() -> None:
     for ds in restored.data_sources():
         tl = restored.timeline(ds)
         assert all(keys[seg.id] is seg.id for seg in tl._segments.values())
+
+
+@pytest.mark.parametrize("heap", ["worker", "default"])
+def test_the_agent_bench_leaves_the_collector_as_it_found_it(heap: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench.service --only agent`` runs under the worker's heap policy (a raised young threshold, frozen objects)
+    and must undo it: a process running it (the tests, a script comparing builds) would otherwise go on with its
+    collector changed and its objects frozen out of every scan."""
+    from bench.service import agent_in_process
+
+    thresholds = gc.get_threshold()
+    agent_in_process([encode(e) for e in segment_stream(random.Random(3), 300)], batch=100, rounds=2, heap=heap)
+    assert gc.get_threshold() == thresholds
+    assert gc.get_freeze_count() == 0  # (FrozenHeap.start unfreezes whatever was frozen before: nothing is left)
+    assert f"best of 2 ({heap} heap policy)" in capsys.readouterr().out
