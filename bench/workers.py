@@ -111,7 +111,7 @@ def throughput(bootstrap: str, work: Path, n_workers: int, events: list[Envelope
         group_stable(bootstrap, topics, n_workers, workers)
         began = time.perf_counter()
         values = produce(bootstrap, topics, events)
-        want, _ = fold_timeline(values)
+        want, _, _ = fold_timeline(values)
         topic = topics.name(TIMELINE)
         deadline = time.monotonic() + 900
         while end_offsets(bootstrap, topic) < want:

@@ -180,7 +180,9 @@ class CoverageProfile:
 
     def total(self, s: int, t: int) -> tuple[float, float] | None:
         """(Σ_Y ∫_s^t ∫_Y exp(-λ|x - y|) dy dx in hours², a bound on its absolute error) for s < t, or None when
-        neither form is safe and cheap (a query of seconds over more than ``SHORT_PIECES`` pieces)."""
+        neither form is safe and cheap: the closed form is short of its precision (typically a query of seconds,
+        or one over millisecond pieces beside all-time intervals) and the query spans ``SHORT_PIECES`` pieces or
+        more."""
         lo, last = self.lo, self.last
         if last < lo:
             return 0.0, 0.0
