@@ -169,6 +169,7 @@ from events.segment import SegmentId
 from events.segments import SegmentAnnounced, SegmentsMarkedUnused, SegmentUnannounced
 from events.topics import CLUSTER, COMMANDS, SEGMENTS, Topics
 from streaming import credentials
+from streaming.service import stage_trace
 from streaming.service.heap import collector_paused
 from streaming.service.intake import AgentCounters, InputRecord, Sink, admit, dead_letter_of, prior_ids, seen_in
 from streaming.service.state import AgentStateStore, StoreBatch
@@ -460,7 +461,8 @@ class PlannerAgent:
             self.sweeps += 1
             self.sweep = Sweep(run=self.sweeps, started=now)
         scope = None if full else expired.segments | self.deferred
-        result = self._run(now, scope, balance=False, mark=not (sweeping and st.mark_all))
+        with stage_trace.held("timer-run" if scope is not None else "timer-full-run"):
+            result = self._run(now, scope, balance=False, mark=not (sweeping and st.mark_all))
         emitted = 0
         if result.commands or result.mark_unused:
             self._commit_run_number()
@@ -538,8 +540,9 @@ class PlannerAgent:
             self.sweep = None
             # (a full run after a server, rule or config change may have come since it began: the later counts)
             self.last_full_run = max(sweep.started, self.last_full_run or sweep.started)
-        result = self._run(now, part.scope, balance=False, mark=marking, drained=sweep.drained,
-                           mark_sources=part.mark_sources)
+        with stage_trace.held("sweep-marking" if marking else "sweep-slice"):
+            result = self._run(now, part.scope, balance=False, mark=marking, drained=sweep.drained,
+                               mark_sources=part.mark_sources)
         if not result.commands and not result.mark_unused:
             return 0
         if result.mark_unused:
@@ -601,13 +604,15 @@ class PlannerAgent:
                 self.balancing_run is None and (self.balanced_at is None or now - self.balanced_at >= self.period_ms))
             if due:
                 self.balancing_runs += 1
-                self.balancing_run = BalancingRun(st, now=now, run=self.balancing_runs, start=st.start)
+                with stage_trace.held("balancing-start"):
+                    self.balancing_run = BalancingRun(st, now=now, run=self.balancing_runs, start=st.start)
                 self.balanced_at, self.balance_requested = now, False
         run = self.balancing_run
         if run is None:
             return 0
         began = time.perf_counter()
-        result = run.step(now, self.slice_draws)
+        with stage_trace.held("balancing-step"):
+            result = run.step(now, self.slice_draws)
         if run.done:
             self.balancing_run = None
         if self.on_run is not None:

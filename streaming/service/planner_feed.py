@@ -290,9 +290,11 @@ class PlannerFeed:
                     continue  # behind the log: fold first, decide later
                 if time.monotonic() >= next_tick:
                     next_tick = time.monotonic() + self.plan_every_s
-                    _call(self.pool, planner.tick, int(time.time() * 1000))
+                    with stage_trace.held("tick"):
+                        _call(self.pool, planner.tick, int(time.time() * 1000))
                 elif planner.slicing:  # one slice (of a sweep or a balancing run) between two batches
-                    _call(self.pool, planner.next_slice, int(time.time() * 1000))
+                    with stage_trace.held("slice"):
+                        _call(self.pool, planner.next_slice, int(time.time() * 1000))
         finally:
             if planner.catching_up:
                 planner.abandon_catch_up()
