@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -246,6 +247,13 @@ class ClusterCostIndex:
         self._add_segments: list[SegmentDescriptor] = []
         self._add_slot: dict[tuple[int, SegmentId], int] = {}
         self._delta_work = 0  # delta rows summed by queries since this build (see REBUILD_QUERY_WORK)
+        #: With ``deferred_rebuilds``, a rebuild that pays is not done here: ``rebuild_due`` says so, and the caller
+        #: builds one elsewhere (:meth:`begin_rebuild`, :func:`build_index`, :meth:`adopt`). A server the index
+        #: does not have yet is still rebuilt at once (it needs lanes).
+        self.deferred_rebuilds = False
+        self.rebuild_due = False
+        # the changes since :meth:`begin_rebuild`, in order, for :meth:`adopt` (None: no rebuild under way)
+        self._since_begun: list[tuple[list[tuple[str, SegmentDescriptor]], list[tuple[str, SegmentId]]]] | None = None
 
     @classmethod
     def build(cls, placement: Mapping[str, Iterable[SegmentDescriptor]],
@@ -298,7 +306,7 @@ class ClusterCostIndex:
             total = self._apply_delta(total, segment)
             self._delta_work += self.delta_size()
             if self._delta_work > REBUILD_QUERY_WORK * (len(self.starts) + len(self._add_segments)):
-                self._rebuild()  # the queries since the last build have paid for one: the next ones are cheaper
+                self._pays()  # the queries since the last build have paid for one: the next ones are cheaper
         return np.asarray(total, dtype=np.float64)
 
     def cheapest(self, segment: SegmentDescriptor, candidates: Iterable[str] | None = None) -> str | None:
@@ -369,6 +377,8 @@ class ClusterCostIndex:
 
     def add(self, server: str, segment: SegmentDescriptor) -> None:
         """``server`` now holds ``segment`` (no-op when it already does): O(log n) amortised."""
+        if self._since_begun is not None:
+            self._since_begun.append(([(server, segment)], []))
         k = self._server_at.get(server)
         if k is None:
             self._rebuild(extra_servers=[server])
@@ -380,6 +390,8 @@ class ClusterCostIndex:
 
     def remove(self, server: str, segment_id: SegmentId) -> None:
         """``server`` no longer holds the segment (no-op when it does not): O(log n) amortised."""
+        if self._since_begun is not None:
+            self._since_begun.append(([], [(server, segment_id)]))
         k = self._server_at.get(server)
         if k is None:
             return
@@ -400,6 +412,8 @@ class ClusterCostIndex:
         one rebuild, at the end (new servers: one before). O(d log n) for d changes, the loop over them in
         Python a dict lookup and an append each: never a pass over the rows held."""
         added, removed = list(added), list(removed)
+        if self._since_begun is not None:
+            self._since_begun.append((added, removed))
         new = sorted({name for name, _ in added if name not in self._server_at})
         if new:
             self._rebuild(extra_servers=new)
@@ -452,7 +466,50 @@ class ClusterCostIndex:
 
     def _maybe_rebuild(self) -> None:
         if self.delta_size() > index_rebuild_size(len(self.starts)):
+            self._pays()
+
+    def _pays(self) -> None:
+        """A rebuild pays now: done here, or only noted (``rebuild_due``) with ``deferred_rebuilds``."""
+        if self.deferred_rebuilds:
+            self.rebuild_due = True
+        else:
             self._rebuild()
+
+    def begin_rebuild(self) -> RebuildInputs:
+        """What a rebuild reads, taken now (copies of everything that changes in place; O(rows) for the live mask,
+        O(delta) for the rest): :func:`build_index` of it, on any thread, is the bulk build of the pairs held now.
+        The changes made from here on are kept for :meth:`adopt`. A rebuild begun earlier and not adopted is
+        forgotten."""
+        n_add = len(self._add_segments)
+        self._since_begun = []
+        self.rebuild_due = False
+        return RebuildInputs(
+            servers=self.servers, sources=tuple(self.sources), model=self.model, live=np.flatnonzero(self._live),
+            starts=self.starts, ends=self.ends, server_of=self.server_of, source_of=self.source_of,
+            segments=self.segments, add_start=self._add_start.values[:n_add].copy(),
+            add_end=self._add_end.values[:n_add].copy(), add_server=self._add_server.values[:n_add].copy(),
+            add_source=self._add_source.values[:n_add].copy(), add_segments=tuple(self._add_segments))
+
+    def abandon_rebuild(self) -> None:
+        """Forget the rebuild begun (its build failed): it is due again."""
+        self._since_begun, self.rebuild_due = None, True
+
+    @property
+    def rebuilding(self) -> bool:
+        """Whether a rebuild was begun (:meth:`begin_rebuild`) and not adopted yet."""
+        return self._since_begun is not None
+
+    def adopt(self, built: ClusterCostIndex) -> None:
+        """Take ``built`` (:func:`build_index` of this index's :meth:`begin_rebuild`) as this index, then apply the
+        changes made since it was begun, in order: afterwards the index holds what it would have held without the
+        rebuild, and answers as a bulk build of those pairs plus their delta does."""
+        if self._since_begun is None:
+            raise ValueError("adopt() without begin_rebuild(): nothing was begun")
+        since, deferred = self._since_begun, self.deferred_rebuilds
+        self.__dict__.update(built.__dict__)
+        self.deferred_rebuilds, self.rebuild_due, self._since_begun = deferred, False, None
+        for added, removed in since:
+            self.update(added=added, removed=removed)
 
     def _rebuild(self, extra_servers: Iterable[str] = ()) -> None:
         """The bulk build again, from the columns (live static rows, then the added ones): no descriptor is read."""
@@ -470,7 +527,10 @@ class ClusterCostIndex:
             position = np.array([servers.index(name) for name in self.servers], np.int64)
             server_of = position[server_of] if len(server_of) else server_of
         fresh = ClusterCostIndex(servers, starts, ends, server_of, source_of, self.sources, segments, self.model)
+        deferred, since = self.deferred_rebuilds, self._since_begun
         self.__dict__.update(fresh.__dict__)
+        # a rebuild under way stays under way: the changes since it began are still to apply to what it builds
+        self.deferred_rebuilds, self._since_begun = deferred, since
 
     def _apply_delta(self, total: F64, segment: SegmentDescriptor) -> F64:
         m = len(self.servers)
@@ -506,6 +566,39 @@ class ClusterCostIndex:
                        self.model)
         self._mask_self(values, rows, segment, segment.interval.start, segment.interval.end, source)
         return float(np.sum(values))
+
+
+@dataclass(frozen=True)
+class RebuildInputs:
+    """What :meth:`ClusterCostIndex.begin_rebuild` took: the index's columns at that moment (arrays the index only
+    ever replaces, never changes in place, are shared; the others are copies)."""
+
+    servers: tuple[str, ...]
+    sources: tuple[str, ...]
+    model: CostModel
+    live: I64
+    starts: I64
+    ends: I64
+    server_of: I64
+    source_of: I64
+    segments: Sequence[SegmentDescriptor]
+    add_start: I64
+    add_end: I64
+    add_server: I64
+    add_source: I64
+    add_segments: tuple[SegmentDescriptor, ...]
+
+
+def build_index(inputs: RebuildInputs) -> ClusterCostIndex:
+    """The bulk build of the pairs :meth:`ClusterCostIndex.begin_rebuild` took: reads nothing but ``inputs``, so it
+    may run on another thread while the index goes on being used and changed (NumPy's sorts release the GIL)."""
+    live = inputs.live
+    segments = [inputs.segments[row] for row in live.tolist()]
+    segments.extend(inputs.add_segments)
+    return ClusterCostIndex(inputs.servers, np.r_[inputs.starts[live], inputs.add_start],
+                            np.r_[inputs.ends[live], inputs.add_end], np.r_[inputs.server_of[live], inputs.add_server],
+                            np.r_[inputs.source_of[live], inputs.add_source], list(inputs.sources), segments,
+                            inputs.model)
 
 
 REBUILD_BASE = 1024  # the delta may hold this many rows, plus as many as the last build had, between builds

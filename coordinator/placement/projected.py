@@ -215,6 +215,9 @@ class Projected:
         self.caches: dict[str, ServerCostCache] = {}
         # tier -> the cost index of its servers' projected segments (built on first use, then updated pair by pair)
         self.tier_indexes: dict[str, ClusterCostIndex] = {}
+        # whether the indexes only note a rebuild that pays (ClusterCostIndex.deferred_rebuilds): the planner's shell
+        # then builds it on a thread of its own (PlannerAgent.build_index_rebuilds_on)
+        self.defer_index_rebuilds = False
         # tier -> (server, segment) pairs whose membership in its built index changed since it was last read
         self._index_delta: dict[str, dict[Pair, bool]] = {}
         # server -> segments whose membership in its built cache changed since the cache was last read (True: in)
@@ -316,12 +319,22 @@ class Projected:
             names = self.tiers.get(tier, [])
             index = ClusterCostIndex.build(
                 {n: [self.segments[s] for s in self.projected_segments(n)] for n in names})
+            index.deferred_rebuilds = self.defer_index_rebuilds
             self.tier_indexes[tier] = index
         elif delta:
             changes = sorted(delta.items(), key=lambda kv: (kv[0][0], kv[0][1].sort_key))  # the same log: one order
             index.update(added=[(name, self.segments[sid]) for (name, sid), now_in in changes if now_in],
                          removed=[(name, sid) for (name, sid), now_in in changes if not now_in])
         return index
+
+    def flush_index_deltas(self) -> None:
+        """Hand every built tier index the pair changes noted since it was last read, as its next read
+        (:meth:`tier_index`) would: the index afterwards is the one that read would leave. Indexes not built are left
+        alone (built when first asked for). The planner's shell calls it after each batch, so the changes go in a
+        batch at a time instead of all at the next balancing run's first read (at 100k segments and 1000
+        publishes/s, a minute of loads: 46,533 changes, 477 ms of the planner's thread at once)."""
+        for tier in [t for t, delta in self._index_delta.items() if delta and t in self.tier_indexes]:
+            self.tier_index(tier)
 
     def costs_in(self, tier: str, seg: SegmentDescriptor) -> dict[str, float]:
         """Σ cost(seg, y) over each tier server's projected segments y, the segment itself excluded (a holder and

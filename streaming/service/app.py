@@ -416,6 +416,9 @@ def run_service(bootstrap: str, topics: Topics, state_dir: Path, *, loglevel: st
         planner = PlannerAgent(pl_store, topics, pl_producer, balancing=balancing, incremental=incremental,
                                server_timeout_ms=server_timeout_ms, period_ms=period_ms,
                                settled_window=settled_window)
+        index_builder = ThreadPoolExecutor(1, thread_name_prefix="index-rebuild")  # off the planner's thread
+        stack.callback(index_builder.shutdown)
+        planner.build_index_rebuilds_on(index_builder)
         if not agents:
             from streaming.service.planner_process import run_planner_only
 

@@ -277,3 +277,54 @@ def test_rebuilds_under_churn_keep_the_delta_exact(monkeypatch: pytest.MonkeyPat
         assert len(index) == sum(len(v) for v in placement.values())
     assert all(index.holds(n, sid) for n, v in placement.items() for sid in v)
     assert index.servers == tuple(names)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([*SERVERS, "h9"]), st.booleans(), _segment), min_size=1, max_size=60),
+       st.integers(0, 60), st.integers(0, 60), _segment)
+def test_a_rebuild_built_elsewhere_and_adopted_holds_what_the_index_held(
+        history: list[tuple[str, bool, SegmentDescriptor]], begun_at: int, adopted_at: int,
+        probe: SegmentDescriptor) -> None:
+    """With deferred rebuilds, a rebuild that pays is only noted; begun at one step, built from what it took
+    (as on another thread) and adopted later, after more adds and removes (a server new to the index among them):
+    the index then holds exactly the pairs and agrees with brute force, as if it had never been rebuilt."""
+    placement: dict[str, dict[SegmentId, SegmentDescriptor]] = {name: {} for name in SERVERS}
+    index = ClusterCostIndex.build({n: [] for n in SERVERS})
+    index.deferred_rebuilds = True
+    inputs = None
+    for step, (server, remove, s) in enumerate(history):
+        if step == begun_at:
+            inputs = index.begin_rebuild()
+        if step == adopted_at and inputs is not None:
+            index.adopt(cost_index.build_index(inputs))
+            inputs = None
+        held = placement.setdefault(server, {})
+        if remove and s.id in held:
+            del held[s.id]
+            index.update(removed=[(server, s.id)]) if step % 2 else index.remove(server, s.id)
+        else:
+            held.setdefault(s.id, s)
+            index.update(added=[(server, s)]) if step % 2 else index.add(server, s)
+    if inputs is not None:
+        index.adopt(cost_index.build_index(inputs))
+    assert not index.rebuilding and index.deferred_rebuilds
+    _agree(index, _brute({n: list(v.values()) for n, v in placement.items()}), probe)
+    assert all(index.holds(n, sid) for n, v in placement.items() for sid in v)
+    assert len(index) == sum(len(v) for v in placement.values())
+
+
+def test_a_deferred_rebuild_is_noted_not_done_and_adopting_one_not_begun_is_refused() -> None:
+    segments = _mixed(1400, seed=53)  # 1300 adds onto 100 rows: past index_rebuild_size(100) = 1124
+    index = ClusterCostIndex.build({"a": segments[:100], "b": []})
+    index.deferred_rebuilds = True
+    for s in segments[100:]:
+        index.add("b", s)
+    assert index.static_rows == 100 and index.rebuild_due  # outgrown, not rebuilt
+    inputs = index.begin_rebuild()
+    assert not index.rebuild_due and index.rebuilding
+    index.remove("a", segments[0].id)
+    index.adopt(cost_index.build_index(inputs))
+    assert index.static_rows == 1400 and index.delta_size() == 1 and len(index) == 1399
+    _agree(index, _brute({"a": segments[1:100], "b": segments[100:]}), segments[7])
+    with pytest.raises(ValueError, match="begin_rebuild"):
+        index.adopt(cost_index.build_index(inputs))

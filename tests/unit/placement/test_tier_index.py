@@ -52,3 +52,39 @@ def test_a_burst_of_loads_is_applied_to_the_index_not_relisted() -> None:
     assert index.static_rows == 3000 and index.delta_size() == 1700  # applied, not rebuilt
     assert len(index) == 4300 and all(index.holds(n, sid) for n in NAMES for sid in state.projected_segments(n))
     _exact(state, [_segment(i) for i in (1, 2, 3001, 4499, 4600)])
+
+
+def test_flushing_the_noted_changes_after_each_batch_leaves_the_index_a_later_read_would() -> None:
+    """What the planner's shell does after each batch: the noted pair changes go into the built index then, a
+    batch at a time; the index holds exactly the projection after every flush, and the same pairs and answers as
+    one that read them all at once."""
+    flushed, once = PlacementState(), PlacementState()
+    for state in (flushed, once):
+        for name in NAMES:
+            state.set_server(name, ServerFacts("_default_tier", 1 << 50))
+        for i in range(1000):
+            seg = _segment(i)
+            state.learn(seg, True)
+            state.hold(NAMES[i % 4], seg.id, True)
+        state.tier_index("_default_tier")
+    for batch in range(10):
+        for state in (flushed, once):
+            for i in range(1000 + batch * 50, 1000 + (batch + 1) * 50):
+                seg = _segment(i)
+                state.learn(seg, True)
+                state.hold(NAMES[i % 4], seg.id, True)
+            state.hold(NAMES[batch % 4], _segment(batch * 4).id, False)
+        flushed.flush_index_deltas()
+        index = flushed.tier_indexes["_default_tier"]
+        assert not flushed._index_delta.get("_default_tier")  # handed over: nothing left for the next read
+        assert len(index) == sum(len(flushed.projected_segments(n)) for n in NAMES)
+        assert all(index.holds(n, sid) for n in NAMES for sid in flushed.projected_segments(n))
+    assert once._index_delta["_default_tier"]  # still noted: the next read applies them
+    a, b = flushed.tier_index("_default_tier"), once.tier_index("_default_tier")
+    assert len(a) == len(b) and a.delta_size() == b.delta_size()
+    _exact(flushed, [_segment(i) for i in (1, 2, 1001, 1499, 1600)])
+    _exact(once, [_segment(i) for i in (1, 2, 1001, 1499, 1600)])
+    empty = PlacementState()  # no index built: nothing is built by a flush
+    empty.set_server("h0", ServerFacts("_default_tier", 1 << 50))
+    empty.flush_index_deltas()
+    assert empty.tier_indexes == {}
