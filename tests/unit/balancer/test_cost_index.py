@@ -328,3 +328,19 @@ def test_a_deferred_rebuild_is_noted_not_done_and_adopting_one_not_begun_is_refu
     _agree(index, _brute({"a": segments[1:100], "b": segments[100:]}), segments[7])
     with pytest.raises(ValueError, match="begin_rebuild"):
         index.adopt(cost_index.build_index(inputs))
+
+
+def test_with_deferred_rebuilds_one_is_due_once_the_delta_holds_a_tenth_of_the_index() -> None:
+    segments = _mixed(13000, seed=57)
+    index = ClusterCostIndex.build({"a": segments[:10000], "b": []})
+    index.deferred_rebuilds = True
+    limit = int(cost_index.DEFERRED_REBUILD_SHARE * 10000) + cost_index.REBUILD_BASE
+    for s in segments[10000:10000 + limit]:
+        index.add("b", s)
+    assert not index.rebuild_due  # (a delta of 2024 rows on 10000: not yet)
+    index.add("b", segments[10000 + limit])
+    assert index.rebuild_due and index.static_rows == 10000
+    synchronous = ClusterCostIndex.build({"a": segments[:10000], "b": []})
+    for s in segments[10000:10000 + limit + 1]:
+        synchronous.add("b", s)
+    assert not synchronous.rebuild_due and synchronous.static_rows == 10000  # in place, only when it outgrows
