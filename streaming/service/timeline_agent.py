@@ -83,6 +83,7 @@ from events.segments import SegmentAnnounced, SegmentUnannounced
 from events.topics import SEGMENTS, SNAPSHOTS, TIMELINE, Topics
 from events.visibility import SegmentState, SegmentVisibilityChanged
 from streaming import credentials
+from streaming.service import stage_trace
 from streaming.service.intake import AgentCounters, InputRecord, Sink, dead_letter_of, prior_ids
 from streaming.service.state import DATA_PREFIX, AgentStateStore, StoreBatch, StoreView
 from streaming.service.timeline_facts import (
@@ -551,8 +552,9 @@ def build_snapshot(view: StoreView, data_sources: Collection[str], partition: in
 
 def _build_and_close(view: StoreView, data_sources: Collection[str], partition: int, next_offset: int,
                      recent_ids: Sequence[str], writer: str) -> bytes:
-    """:func:`build_snapshot`, then the view released (the store's close waits for it)."""
-    with view:
+    """:func:`build_snapshot`, then the view released (the store's close waits for it). Traced as
+    ``hold:snapshot-build`` (it holds its own thread only, but shares the GIL with the event loop)."""
+    with view, stage_trace.held("snapshot-build"):
         return build_snapshot(view, data_sources, partition, next_offset, recent_ids, writer)
 
 
