@@ -4,10 +4,7 @@ adopted at a later one with the changes made meanwhile, the index exact througho
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,26 +12,10 @@ from events.segments import SegmentAnnounced, SegmentsPublished
 from streaming.service.planner_agent import FORMAT_VERSION
 from streaming.service.state import AgentStateStore
 from tests.accepted import through_lockbox
+from tests.deferred_executor import Deferred
 from tests.unit.placement import test_tier_index
 from tests.unit.placement.history import POOL, T0
 from tests.unit.placement.test_liveness import Run, _cluster, _env
-
-
-class Deferred(Executor):
-    """Runs what it was given only when told: the build happens while the test goes on changing the index."""
-
-    def __init__(self) -> None:
-        self.queued: list[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        self.queued.append((future, fn, args))
-        return future
-
-    def run_all(self) -> None:
-        queued, self.queued = self.queued, []
-        for future, fn, args in queued:
-            future.set_result(fn(*args))
 
 
 def test_a_rebuild_due_is_built_elsewhere_and_adopted_at_a_later_batch_with_what_changed_meanwhile(

@@ -16,6 +16,22 @@ def _segment(i: int) -> SegmentDescriptor:
     return SegmentDescriptor(f"ds{i % 3}", Interval(T0 + (i // 3) * H, T0 + (i // 3 + 1) * H), "v1", 0, 1 << 20)
 
 
+def _cluster(held: int) -> PlacementState:
+    """The four servers of one tier holding segments 0 .. ``held`` - 1 round robin."""
+    state = PlacementState()
+    for name in NAMES:
+        state.set_server(name, ServerFacts("_default_tier", 1 << 50))
+    _hold(state, range(held))
+    return state
+
+
+def _hold(state: PlacementState, segments: range) -> None:
+    for i in segments:
+        seg = _segment(i)
+        state.learn(seg, True)
+        state.hold(NAMES[i % 4], seg.id, True)
+
+
 def _exact(state: PlacementState, probes: list[SegmentDescriptor]) -> None:
     brute = {}
     for n in NAMES:
@@ -33,19 +49,10 @@ def test_a_burst_of_loads_is_applied_to_the_index_not_relisted() -> None:
     """3000 held pairs, then a burst of 1500 more and 200 gone (more than the 1044 changes after which the index
     was dropped and built again from every server's projected segments): the same index takes them as its delta,
     holds exactly the projection, and answers the brute-force sums."""
-    state = PlacementState()
-    for name in NAMES:
-        state.set_server(name, ServerFacts("_default_tier", 1 << 50))
-    for i in range(3000):
-        seg = _segment(i)
-        state.learn(seg, True)
-        state.hold(NAMES[i % 4], seg.id, True)
+    state = _cluster(3000)
     index = state.tier_index("_default_tier")
     assert index.static_rows == 3000
-    for i in range(3000, 4500):
-        seg = _segment(i)
-        state.learn(seg, True)
-        state.hold(NAMES[i % 4], seg.id, True)
+    _hold(state, range(3000, 4500))
     for i in range(0, 400, 2):
         state.hold(NAMES[i % 4], _segment(i).id, False)
     assert state.tier_index("_default_tier") is index
@@ -58,21 +65,12 @@ def test_flushing_the_noted_changes_after_each_batch_leaves_the_index_a_later_re
     """What the planner's shell does after each batch: the noted pair changes go into the built index then, a
     batch at a time; the index holds exactly the projection after every flush, and the same pairs and answers as
     one that read them all at once."""
-    flushed, once = PlacementState(), PlacementState()
+    flushed, once = _cluster(1000), _cluster(1000)
     for state in (flushed, once):
-        for name in NAMES:
-            state.set_server(name, ServerFacts("_default_tier", 1 << 50))
-        for i in range(1000):
-            seg = _segment(i)
-            state.learn(seg, True)
-            state.hold(NAMES[i % 4], seg.id, True)
         state.tier_index("_default_tier")
     for batch in range(10):
         for state in (flushed, once):
-            for i in range(1000 + batch * 50, 1000 + (batch + 1) * 50):
-                seg = _segment(i)
-                state.learn(seg, True)
-                state.hold(NAMES[i % 4], seg.id, True)
+            _hold(state, range(1000 + batch * 50, 1000 + (batch + 1) * 50))
             state.hold(NAMES[batch % 4], _segment(batch * 4).id, False)
         flushed.flush_index_deltas()
         index = flushed.tier_indexes["_default_tier"]

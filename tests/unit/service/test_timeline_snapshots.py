@@ -10,8 +10,6 @@ pure fold's, and B read the tail only. A restart of B keeps all of it.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from streaming.service.state import AgentStateStore, StoreView
 from streaming.service.timeline_agent import FORMAT_VERSION, TimelineAgent
 from streaming.service.timeline_facts import all_facts, all_states
 from streaming.service.timeline_snapshots import SnapshotPolicy
+from tests.deferred_executor import Deferred
 from tests.integration.test_service_timeline import Raw, pure_fold, segment_stream
 
 TOPICS = Topics("unit.")
@@ -210,24 +209,6 @@ def test_a_partition_too_large_for_a_snapshot_is_not_snapshotted_again_until_it_
         assert decode_snapshot(sink.snapshots[b"timeline/0"]).next_offset == log[59].offset + 1
         agent.process(log[60:80])  # written once again: nothing is remembered against it any more
         assert (len(taken), agent.snapshots_written) == (3, 2)
-
-
-class Deferred(Executor):
-    """An executor that runs what it was given only when told (:meth:`run_all`): a snapshot is built after
-    whatever the test does in between, as a busy snapshot thread would."""
-
-    def __init__(self) -> None:
-        self.queued: list[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        self.queued.append((future, fn, args))
-        return future
-
-    def run_all(self) -> None:
-        queued, self.queued = self.queued, []
-        for future, fn, args in queued:
-            future.set_result(fn(*args))
 
 
 def test_a_snapshot_built_off_the_event_loop_is_that_of_the_commit_it_was_started_after(tmp_path: Path) -> None:
