@@ -148,6 +148,7 @@ class TimelineAgent:
         self._executor: Executor | None = None  # where snapshots are built (None: on the caller's thread)
         self._building: dict[int, tuple[Future[bytes], int, int]] = {}  # partition -> (its snapshot, held, epoch)
         self._epoch: dict[int, int] = {}  # partition -> adoptions so far: a snapshot built across one is dropped
+        self._held_at: dict[int, int] = {}  # partition -> segments it held when its last snapshot was due
         #: partition -> {"offset": the adopted snapshot's, "writer": its writer, "read": records read after it}
         self.adopted: dict[int, dict[str, object]] = {int(k[len(ADOPTED_PREFIX):]): orjson.loads(v)
                                                       for k, v in store.scan(ADOPTED_PREFIX)}
@@ -284,6 +285,11 @@ class TimelineAgent:
         snapshot is started there and sent by a later call once built (:meth:`wait_snapshots` waits for them);
         a partition whose snapshot is being built is not due. Returns the number sent by this call.
 
+        By count, a partition is due after ``every_records`` events or, when it held more segments at its last
+        snapshot, after as many events as it held then: building a snapshot costs time in proportion to the
+        partition, so this keeps that cost per event bounded (at most about one segment's worth of building per
+        event), and a gaining worker's tail after the snapshot is never longer than the snapshot itself.
+
         A snapshot larger than ``MAX_SNAPSHOT_BYTES`` is not written (a gaining worker replays that partition's log
         instead). Its partition is then not snapshotted again, due or not, until it holds fewer segments than it
         did then: taking and compressing a snapshot costs time in proportion to the partition (about 140 ms at 23k
@@ -294,11 +300,13 @@ class TimelineAgent:
             return 0
         built = self._built()
         now = self.clock()
+        held_at = self._held_at
         due = [p for p, n in sorted(self._since.items()) if n > 0 and p not in self._building and (
-            force or n >= policy.every_records or (now - self._last_snapshot.get(p, now)) * 1000 >= policy.every_ms)]
+            force or n >= max(policy.every_records, held_at.get(p, 0))
+            or (now - self._last_snapshot.get(p, now)) * 1000 >= policy.every_ms)]
         for p in due:
             self._since[p], self._last_snapshot[p] = 0, now
-            held = sum(count_known(self.timelines, ds) for ds, q in self.partition_of.items() if q == p)
+            held = held_at[p] = sum(count_known(self.timelines, ds) for ds, q in self.partition_of.items() if q == p)
             if held >= self._oversized.get(p, held + 1) or held > MAX_SNAPSHOT_SEGMENTS:
                 if held > MAX_SNAPSHOT_SEGMENTS and p not in self._oversized:
                     log.warning("timeline snapshot of partition %d not taken: it holds %d segments, more than fit "

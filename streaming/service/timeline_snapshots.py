@@ -6,7 +6,8 @@ them (:meth:`~streaming.service.timeline_agent.TimelineAgent.write_snapshots`,
 
 - :class:`SnapshotPolicy`: a partition's state is written to ``snapshots`` (compacted, key
   ``timeline/<partition>``) after a batch once ``every_records`` events of it were applied since its last
-  snapshot (default 10,000), or once ``every_ms`` passed (default 60 s) with at least one applied; each
+  snapshot (default 10,000; or as many as the segments it held then, when more), or once ``every_ms`` passed
+  (default 60 s) with at least one applied; each
   snapshot carries the ids of the last ``recent_ids`` events applied in the partition (default 10,000, the
   dedupe window a resuming worker gets; docs/workers.md says why that is enough). Environment:
   ``SEGCOORD_TIMELINE_SNAPSHOT_EVERY``, ``SEGCOORD_TIMELINE_SNAPSHOT_MS``, ``SEGCOORD_TIMELINE_SNAPSHOT_IDS``;

@@ -10,6 +10,7 @@ pure fold's, and B read the tail only. A restart of B keeps all of it.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,17 @@ def test_a_snapshot_is_the_encoding_of_the_fold_s_own_facts(tmp_path: Path) -> N
     assert checked >= 10
 
 
+def ticking() -> Callable[[], float]:
+    """A clock one second further at every reading."""
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 1.0
+        return now[0]
+
+    return clock
+
+
 def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The partitions whose snapshot the agent builds from now on, in order."""
     from streaming.service import timeline_agent
@@ -194,7 +206,8 @@ def test_a_partition_too_large_for_a_snapshot_is_not_snapshotted_again_until_it_
     with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
         sink = Sink()
         agent = TimelineAgent(store, TOPICS, sink)
-        agent.enable_snapshots(SnapshotPolicy(every_records=20, every_ms=10**9), sink, "w")
+        agent.clock = ticking()  # due by time at every batch, whatever the partition's size
+        agent.enable_snapshots(SnapshotPolicy(every_records=10**6, every_ms=1), sink, "w")
         taken = count_builds(monkeypatch)
         monkeypatch.setattr(timeline_agent, "MAX_SNAPSHOT_BYTES", 10)  # no snapshot fits
         agent.process(log[:20])  # due: taken, too large, not written
@@ -297,7 +310,8 @@ def test_a_partition_with_more_segments_than_any_snapshot_holds_is_not_even_buil
     with AgentStateStore(tmp_path / "s", FORMAT_VERSION) as store:
         sink = Sink()
         agent = TimelineAgent(store, TOPICS, sink)
-        agent.enable_snapshots(SnapshotPolicy(every_records=20, every_ms=10**9), sink, "w")
+        agent.clock = ticking()  # due by time at every batch, whatever the partition's size
+        agent.enable_snapshots(SnapshotPolicy(every_records=10**6, every_ms=1), sink, "w")
         agent.process(log[:20])
         assert (built, agent.snapshots_written) == ([0], 1)  # small enough: built and written
         monkeypatch.setattr(timeline_agent, "MAX_SNAPSHOT_SEGMENTS", 1)  # no partition of this log fits now
@@ -308,3 +322,29 @@ def test_a_partition_with_more_segments_than_any_snapshot_holds_is_not_even_buil
         agent._oversized[0] = 10**6  # as if it had held more: it is tried again
         agent.process(log[60:80])
         assert (built, agent.snapshots_written) == ([0, 0], 2)
+
+
+def test_a_partition_larger_than_the_count_policy_is_due_after_as_many_events_as_it_held() -> None:
+    """Building a snapshot costs in proportion to the partition: a partition that held more segments at its last
+    snapshot than ``every_records`` waits as many events as it held, not ``every_records``."""
+    import tempfile
+
+    log = [r for r in log_of(1200) if r.partition == 0]
+    executor = Deferred()
+    with tempfile.TemporaryDirectory() as tmp, AgentStateStore(Path(tmp) / "s", FORMAT_VERSION) as store:
+        sink = Sink()
+        agent = TimelineAgent(store, TOPICS, sink)
+        agent.enable_snapshots(SnapshotPolicy(every_records=10, every_ms=10**9), sink, "w", executor)
+        agent.process(log[:100])  # due (100 >= 10): started with the partition's size noted
+        held = agent._held_at[0]
+        assert held > 10 and len(executor.queued) == 1
+        executor.run_all()
+        agent.process([])  # sent
+        since = 0
+        for rec in log[100:]:
+            agent.process([rec])
+            since += 1
+            if executor.queued:
+                break
+        assert since == max(10, held)  # not after 10 events: after as many as it held
+        executor.run_all()  # (its store view closed before the store is)
