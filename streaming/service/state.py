@@ -209,16 +209,7 @@ class StoreView:
         it = self._it
         if it is None:
             raise StoreClosedError("the store view is closed")
-        full = DATA_PREFIX + prefix
-        out: list[tuple[bytes, bytes]] = []
-        it.seek(full)
-        while it.valid():
-            key = bytes(it.key())
-            if not key.startswith(full):
-                break
-            out.append((key[len(DATA_PREFIX):], bytes(it.value())))
-            it.next()
-        return out
+        return [(k[len(DATA_PREFIX):], v) for k, v in _scan(it, DATA_PREFIX + prefix)]
 
     def close(self) -> None:
         """Release the iterator (idempotent)."""
@@ -234,18 +225,16 @@ class StoreView:
 
 
 def _scan(it: Any, prefix: bytes) -> list[tuple[bytes, bytes]]:
-    """Every entry of the iterator ``it`` whose key starts with ``prefix``; ``it`` is released before returning."""
+    """Every entry of the iterator ``it`` whose key starts with ``prefix``, in key order (it seeks ``it``: one
+    iterator serves any number of scans; one made for the call is released with it)."""
     out: list[tuple[bytes, bytes]] = []
-    try:
-        it.seek(prefix)
-        while it.valid():
-            key = bytes(it.key())
-            if not key.startswith(prefix):
-                break
-            out.append((key, bytes(it.value())))
-            it.next()
-    finally:
-        del it
+    it.seek(prefix)
+    while it.valid():
+        key = bytes(it.key())
+        if not key.startswith(prefix):
+            break
+        out.append((key, bytes(it.value())))
+        it.next()
     return out
 
 
